@@ -1,0 +1,52 @@
+# One command each: `make setup`, `make book`, `make test`.  See README.md.
+SHELL := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+# Extra arguments for the torch install (e.g. a CPU-only index on a laptop).
+TORCH_PIP_ARGS ?=
+export RL_LAB_PRESET ?= smoke
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: setup vendor book test test-fast labs-ipynb checkpoints clean help
+
+help:
+	@echo "make setup   create .venv and install everything (CPU torch, book, tests, offline assets)"
+	@echo "make book    build the book offline, executing every lab (RL_LAB_PRESET=$(RL_LAB_PRESET))"
+	@echo "make test    unit tests + every lab under pytest --nbval"
+	@echo "make checkpoints   regenerate the shipped warm-start checkpoints and check their hashes"
+
+setup:
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q -U pip
+	$(PIP) install -q "torch==2.13.0" $(TORCH_PIP_ARGS)
+	$(PIP) install -q -e ".[dev]"
+	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	bash tools/vendor_assets.sh
+	@echo "setup done: activate with  . $(VENV)/bin/activate"
+
+vendor:
+	bash tools/vendor_assets.sh
+
+# MyST Markdown labs -> throwaway .ipynb copies for nbval (sources stay output-free).
+labs-ipynb:
+	rm -rf _build/nbtest && mkdir -p _build/nbtest
+	$(VENV)/bin/jupytext --quiet --to ipynb --output-dir _build/nbtest labs/*.md 2>/dev/null || \
+	  for f in labs/*.md; do $(VENV)/bin/jupytext --quiet --to ipynb -o _build/nbtest/$$(basename $${f%.md}).ipynb $$f; done
+
+book:
+	bash tools/build_book.sh
+
+test: labs-ipynb
+	$(PY) -m pytest -q tests _build/nbtest --nbval-lax --nbval-current-env --nbval-cell-timeout=600 -p no:cacheprovider
+
+test-fast:
+	$(PY) -m pytest -q tests -m "not slow"
+
+checkpoints:
+	$(PY) -m rl_lab.warmstart --all --check
+
+clean:
+	rm -rf _build runs
