@@ -1,0 +1,131 @@
+"""GRPO / REINFORCE on one screen.  Shapes: B rows (prompts x generations), T completion
+tokens, V vocabulary.  Masks are 1 on tokens that count.
+
+Deviations from the GRPO paper (as in TRL and verl today): no KL term unless beta > 0, and
+the loss aggregation is a choice (`loss_agg_mode`) rather than the paper's per-sequence mean.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, valid: torch.Tensor | None = None,
+                     estimator: str = "grpo", scale_rewards: str = "group", eps: float = 1e-4) -> torch.Tensor:
+    """(B,) sequence rewards -> (B,) advantages, using only `valid` rows for the statistics.
+
+    grpo: A_i = r_i - mean_g(r), divided by std_g(r) + eps ("group"), by the batch std
+          ("batch") or not at all ("none", Dr. GRPO).  std is unbiased, as in TRL and verl.
+    rloo: A_i = r_i - mean_{j in g, j != i} r_j (leave-one-out baseline, no scaling).
+    Invalid rows (and groups with fewer than two valid rows) get advantage 0.
+    """
+    valid = torch.isfinite(rewards) if valid is None else valid & torch.isfinite(rewards)
+    r = torch.where(valid, rewards, torch.zeros_like(rewards)).double()            # (B,)
+    v = valid.double()
+    G = int(group_ids.max()) + 1
+    count = torch.zeros(G, dtype=r.dtype, device=r.device).index_add_(0, group_ids, v)      # (G,)
+    total = torch.zeros_like(count).index_add_(0, group_ids, r)                             # (G,)
+    mean = total / count.clamp(min=1)                                                        # (G,)
+    if estimator == "rloo":
+        n = count[group_ids]
+        adv = (r - (total[group_ids] - r) / (n - 1).clamp(min=1)) * (n > 1)
+        return (adv * v).to(rewards.dtype)
+    if estimator != "grpo":
+        raise ValueError(f"advantage estimator {estimator!r}: choose 'grpo' or 'rloo'")
+    adv = r - mean[group_ids]                                                                # (B,)
+    if scale_rewards == "group":
+        sq = torch.zeros_like(count).index_add_(0, group_ids, (adv ** 2) * v)
+        std = (sq / (count - 1).clamp(min=1)).sqrt()
+        adv = adv / (std[group_ids] + eps)
+    elif scale_rewards == "batch":
+        std = adv[valid].std() if int(valid.sum()) > 1 else torch.zeros((), dtype=adv.dtype)
+        adv = adv / (std + eps)
+    elif scale_rewards != "none":
+        raise ValueError(f"scale_rewards={scale_rewards!r}: choose 'group', 'batch' or 'none'")
+    adv = adv * v * (count[group_ids] > 1)
+    return adv.to(rewards.dtype)
+
+
+def sequence_logprobs(model, prompt_ids, prompt_mask, completion_ids, temperature: float = 1.0,
+                      with_entropy: bool = False):
+    """The trainer's log pi(y_t | x, y_<t) for each completion token: (B, T) [, entropy (B, T)].
+
+    One forward over prompt + completion with the same position ids the sampler used
+    (left padding), logits divided by the sampling temperature as TRL does.
+    """
+    T = completion_ids.shape[1]
+    input_ids = torch.cat([prompt_ids, completion_ids], dim=1)                        # (B, P+T)
+    attn = torch.cat([prompt_mask, torch.ones_like(completion_ids)], dim=1)            # (B, P+T)
+    positions = (attn.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=input_ids, attention_mask=attn, position_ids=positions,
+                   logits_to_keep=T + 1).logits[:, :-1]                                 # (B, T, V)
+    logp_all = F.log_softmax(logits.float() / temperature, dim=-1)                    # (B, T, V)
+    logp = logp_all.gather(-1, completion_ids[..., None]).squeeze(-1)                 # (B, T)
+    if not with_entropy:
+        return logp
+    entropy = -(logp_all.exp() * logp_all).sum(-1)                                     # (B, T)
+    return logp, entropy
+
+
+def policy_loss(logp, old_logp, advantages, mask, loss: str = "ppo_clip", epsilon: float = 0.2,
+                epsilon_high: float | None = None, is_weights=None):
+    """Per-token policy-gradient loss (B, T) and diagnostics.
+
+    reinforce: -A * log pi                (gradient -A * grad log pi)
+    ppo_clip:  -min(r A, clip(r, 1-eps, 1+eps_high) A),  r = pi / pi_old
+    On-policy with one iteration, old_logp == logp.detach(), r == 1 and both have the same
+    gradient.  `is_weights` (B, T), detached, multiply every token's loss (the correction hook).
+    """
+    A = advantages[:, None]                                                            # (B, 1)
+    if loss == "reinforce":
+        per_token = -A * logp
+        clipped = torch.zeros_like(logp, dtype=torch.bool)
+    elif loss == "ppo_clip":
+        ratio = torch.exp(logp - old_logp)                                             # (B, T)
+        hi = epsilon if epsilon_high is None else epsilon_high
+        clipped_ratio = ratio.clamp(1 - epsilon, 1 + hi)
+        unclipped_obj, clipped_obj = ratio * A, clipped_ratio * A
+        per_token = -torch.minimum(unclipped_obj, clipped_obj)
+        clipped = clipped_obj < unclipped_obj
+    else:
+        raise ValueError(f"policy loss {loss!r}: choose 'reinforce' or 'ppo_clip'")
+    if is_weights is not None:
+        per_token = per_token * is_weights
+    m = mask.to(per_token.dtype)
+    clip_frac = (clipped.to(m.dtype) * m).sum() / m.sum().clamp(min=1)
+    return per_token, {"clip_ratio/region_mean": clip_frac.item()}
+
+
+def aggregate_loss(loss_mat, mask, mode: str = "token-mean", norm_length: int | None = None):
+    """(B, T) per-token loss -> scalar, with verl's `loss_agg_mode` names.
+
+    token-mean              sum(L m) / sum(m)                      (TRL "dapo")
+    token-sum               sum(L m)
+    seq-mean-token-mean     mean_i [ sum_t L m / sum_t m ]         (TRL "grpo", the paper)
+    seq-mean-token-sum      mean_i [ sum_t L m ]
+    seq-mean-token-sum-norm sum(L m) / (B * norm_length)           (TRL "dr_grpo"; default T)
+    Rows with no valid token are left out of the seq-mean denominators.
+    """
+    m = mask.to(loss_mat.dtype)
+    rows = (m.sum(-1) > 0).to(m.dtype)                                                 # (B,)
+    if mode == "token-mean":
+        return (loss_mat * m).sum() / m.sum().clamp(min=1)
+    if mode == "token-sum":
+        return (loss_mat * m).sum()
+    if mode == "seq-mean-token-mean":
+        per_seq = (loss_mat * m).sum(-1) / m.sum(-1).clamp(min=1)
+        return per_seq.sum() / rows.sum().clamp(min=1)
+    if mode == "seq-mean-token-sum":
+        return (loss_mat * m).sum() / rows.sum().clamp(min=1)
+    if mode == "seq-mean-token-sum-norm":
+        L = norm_length if norm_length is not None else loss_mat.shape[-1]
+        return (loss_mat * m).sum() / (rows.sum().clamp(min=1) * L)
+    raise ValueError(f"loss_agg_mode={mode!r} is unknown; choose token-mean, token-sum, "
+                     "seq-mean-token-mean, seq-mean-token-sum or seq-mean-token-sum-norm")
+
+
+def kl_k3(logp, ref_logp):
+    """Per-token k3 estimate of KL(pi || pi_ref) on samples from pi: e^d - d - 1, d = ref - pi.
+    Unbiased, always >= 0, low variance (Schulman's approximation note)."""
+    d = (ref_logp - logp).clamp(-20, 20)
+    return torch.exp(d) - d - 1

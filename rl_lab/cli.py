@@ -1,0 +1,118 @@
+"""Command line: `rl-lab train`, `rl-lab plot`, `rl-lab warmstart`.
+
+    rl-lab train --task addition --preset smoke --out runs/x
+    rl-lab train --config my.yaml --set learning_rate=3e-4 --set sampler_dtype=bfloat16
+    rl-lab train --out runs/x --resume          # continue a killed run
+    rl-lab plot runs/x                          # runs/x/metrics.png
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+
+def _parse_value(text: str):
+    """`--set key=value`: value parsed as YAML (numbers, booleans, null, lists, dicts)."""
+    return yaml.safe_load(text)
+
+
+def build_config(args):
+    from rl_lab.config import ConfigError, get_preset, preset_name
+
+    overrides = {}
+    if args.config:
+        loaded = yaml.safe_load(Path(args.config).read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{args.config} must hold a mapping of RLConfig fields")
+        overrides.update(loaded)
+    if args.task:
+        overrides["task"] = args.task
+    if args.out:
+        overrides["output_dir"] = str(args.out)
+    if args.seed is not None:
+        overrides["seed"] = args.seed
+    for item in args.set or []:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: write it as key=value, e.g. --set learning_rate=3e-4")
+        key, value = item.split("=", 1)
+        overrides[key.strip()] = _parse_value(value)
+    preset = overrides.pop("preset", None) or args.preset
+    return get_preset(preset_name(preset), **overrides)
+
+
+def cmd_train(args) -> int:
+    from rl_lab.trainer import Trainer, first_last_fifth
+
+    cfg = build_config(args)
+    trainer = Trainer(cfg)
+    resumed = trainer.resume() if args.resume else False
+    if args.resume and not resumed:
+        print(f"no checkpoint in {cfg.output_dir}; starting from step 0", file=sys.stderr)
+    start_step = trainer.global_step
+    t0 = time.perf_counter()
+    df = trainer.train()
+    wall = time.perf_counter() - t0
+    first, last = first_last_fifth(df)
+    new_steps = max(1, trainer.global_step - start_step)
+    print(f"task={cfg.task} model={cfg.model} steps={trainer.global_step} "
+          f"wall={wall:.1f}s ({1000 * wall / new_steps:.0f} ms/step)")
+    print(f"mean reward: first fifth {first:.3f} -> last fifth {last:.3f} (gain {last - first:+.3f})")
+    if "eval/reward" in df:
+        print(f"greedy eval reward (last): {df['eval/reward'].dropna().iloc[-1]:.3f}")
+    if cfg.output_dir:
+        print(f"metrics: {Path(cfg.output_dir) / 'metrics.jsonl'}   model: {Path(cfg.output_dir) / 'final'}")
+    return 0
+
+
+def cmd_plot(args) -> int:
+    import pandas as pd
+
+    from rl_lab.plots import plot_training
+    from rl_lab.utils import read_jsonl
+
+    df = pd.DataFrame(read_jsonl(Path(args.run) / "metrics.jsonl"))
+    fig = plot_training(df)
+    out = Path(args.run) / "metrics.png"
+    fig.savefig(out, dpi=120, bbox_inches="tight")
+    print(out)
+    return 0
+
+
+def main(argv=None) -> int:
+    from rl_lab.config import PRESETS, ConfigError
+
+    ap = argparse.ArgumentParser(prog="rl-lab", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+    tr = sub.add_parser("train", help="run RL on a task")
+    tr.add_argument("--task", help="addition, reversal, sorting or countdown")
+    tr.add_argument("--preset", choices=PRESETS, default=None,
+                    help="size preset (default: $RL_LAB_PRESET, else smoke)")
+    tr.add_argument("--config", help="YAML file of RLConfig fields")
+    tr.add_argument("--out", type=Path, help="output directory (metrics, checkpoints, final model)")
+    tr.add_argument("--seed", type=int)
+    tr.add_argument("--set", action="append", metavar="KEY=VALUE", help="override any RLConfig field")
+    tr.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
+    pl = sub.add_parser("plot", help="plot a run's metrics to <run>/metrics.png")
+    pl.add_argument("run")
+    ws = sub.add_parser("warmstart", help="build the warm-start checkpoints (see python -m rl_lab.warmstart -h)")
+    ws.add_argument("rest", nargs=argparse.REMAINDER)
+    args = ap.parse_args(argv)
+    try:
+        if args.command == "train":
+            return cmd_train(args)
+        if args.command == "plot":
+            return cmd_plot(args)
+        from rl_lab.warmstart import main as warmstart_main
+        return warmstart_main(args.rest)
+    except ConfigError as e:
+        print(f"rl-lab: config error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

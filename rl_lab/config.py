@@ -1,0 +1,250 @@
+"""Dataclass configs, validated with messages that say what to change, and presets.
+
+Field names follow TRL's `GRPOConfig` (num_generations, max_completion_length, temperature,
+top_p, top_k, epsilon, epsilon_high, num_iterations, beta, scale_rewards,
+mask_truncated_completions) and verl's actor / `rollout_correction` configs
+(loss_agg_mode, rollout_is, rollout_is_threshold) where the concept is the same.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+PRESETS = ("smoke", "laptop", "gpu")
+DTYPES = ("float32", "bfloat16", "float16")
+POLICY_LOSSES = ("reinforce", "ppo_clip")
+LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum",
+                  "seq-mean-token-sum-norm")
+SCALE_REWARDS = ("group", "batch", "none")
+ADV_ESTIMATORS = ("grpo", "rloo")
+ROLLOUT_IS = (None, "token", "sequence")
+SCHEDULERS = ("constant", "linear", "cosine")
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the field and what is allowed."""
+
+
+def _check_choice(obj, name: str, allowed) -> None:
+    value = getattr(obj, name)
+    if value not in allowed:
+        raise ConfigError(f"{type(obj).__name__}.{name}={value!r} is not allowed; "
+                          f"choose one of {list(allowed)}")
+
+
+def _check_range(obj, name: str, lo=None, hi=None, lo_open=False, hi_open=False) -> None:
+    value = getattr(obj, name)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise ConfigError(f"{type(obj).__name__}.{name}={value!r} must be a number")
+    bad_lo = lo is not None and (value <= lo if lo_open else value < lo)
+    bad_hi = hi is not None and (value >= hi if hi_open else value > hi)
+    if bad_lo or bad_hi:
+        left = "(" if lo_open else "["
+        right = ")" if hi_open else "]"
+        raise ConfigError(f"{type(obj).__name__}.{name}={value!r} is out of range; "
+                          f"use a value in {left}{lo if lo is not None else '-inf'}, "
+                          f"{hi if hi is not None else 'inf'}{right}")
+
+
+class _Validated:
+    def __post_init__(self):
+        self.validate()
+
+    def replace(self, **changes):
+        """A copy with some fields changed (validated)."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise ConfigError(f"{type(self).__name__} has no field(s) {sorted(unknown)}; "
+                              f"fields are {[f.name for f in dataclasses.fields(self)]}")
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]):
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ConfigError(f"unknown {cls.__name__} field(s) {sorted(unknown)}; "
+                              f"fields are {sorted(names)}")
+        return cls(**d)
+
+
+@dataclass
+class SamplingConfig(_Validated):
+    """How the rollout engine samples (the behaviour policy mu)."""
+    max_completion_length: int = 16
+    """Maximum number of generated tokens per completion (TRL's name)."""
+    temperature: float = 1.0
+    top_p: float = 1.0
+    """Nucleus sampling; 1.0 keeps the whole vocabulary."""
+    top_k: int = 0
+    """Keep only the k most likely tokens; 0 turns it off."""
+    dtype: str = "float32"
+    """Precision of the sampler's copy of the weights: float32, bfloat16 or float16."""
+
+    def validate(self):
+        _check_range(self, "max_completion_length", lo=1)
+        _check_range(self, "temperature", lo=0, lo_open=True)
+        _check_range(self, "top_p", lo=0, hi=1, lo_open=True)
+        _check_range(self, "top_k", lo=0)
+        _check_choice(self, "dtype", DTYPES)
+
+
+@dataclass
+class RLConfig(_Validated):
+    """Everything one RL run needs.  `Trainer(RLConfig(...)).train()` runs it."""
+    # --- task and model --------------------------------------------------------------
+    task: str = "addition"
+    """Task name (see `rl_lab.tasks.TASKS`)."""
+    task_kwargs: dict = field(default_factory=dict)
+    """Difficulty knobs passed to the task, e.g. {"digits": 3}."""
+    model: str = "warm-start"
+    """"warm-start" (the shipped checkpoint for `task`), a size preset ("0.3M", "3M",
+    "30M": random init) or a path to any local Hugging Face causal LM."""
+    # --- rollout ------------------------------------------------------------------------
+    prompts_per_step: int = 8
+    """Distinct prompts per optimizer step (TRL counts completions instead:
+    per_device_train_batch_size = prompts_per_step * num_generations)."""
+    num_generations: int = 8
+    """Completions per prompt: the group size G."""
+    max_completion_length: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    sampler_dtype: str = "float32"
+    """Precision of the rollout engine (bfloat16 makes a real training-inference mismatch)."""
+    # --- advantages and loss ------------------------------------------------------------
+    advantage_estimator: str = "grpo"
+    scale_rewards: str = "group"
+    """Divide advantages by the group std ("group", GRPO), the batch std, or not ("none", Dr. GRPO)."""
+    policy_loss: str = "ppo_clip"
+    """"ppo_clip" (clipped ratio to the policy that computed old log-probs) or "reinforce"."""
+    loss_agg_mode: str = "token-mean"
+    """verl's names.  TRL's loss_type dapo = token-mean, grpo = seq-mean-token-mean,
+    dr_grpo = seq-mean-token-sum-norm."""
+    epsilon: float = 0.2
+    epsilon_high: float | None = None
+    """Upper clip (DAPO's clip-higher); None uses epsilon."""
+    num_iterations: int = 1
+    """Optimizer steps on each batch (PPO epochs, TRL's mu)."""
+    beta: float = 0.0
+    """KL(pi || pi_ref) coefficient (k3 estimator); 0 loads no reference model."""
+    mask_truncated_completions: bool = False
+    """Drop completions that hit max_completion_length without <eos> from the loss."""
+    # --- off-policy correction hook (rl_lab.corrections) -------------------------------
+    rollout_is: str | None = None
+    """Importance weights pi/mu between trainer and sampler: None, "token" or "sequence"."""
+    rollout_is_threshold: float = 2.0
+    """Truncation C of the importance weights (TIS)."""
+    # --- optimisation -------------------------------------------------------------------
+    learning_rate: float = 1e-4
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    lr_scheduler_type: str = "constant"
+    warmup_steps: int = 0
+    # --- run ----------------------------------------------------------------------------
+    max_steps: int = 200
+    seed: int = 0
+    output_dir: str | None = None
+    """Where metrics.jsonl, config.yaml and checkpoints go; None keeps everything in memory."""
+    save_steps: int = 0
+    """Checkpoint every N steps (0: only at the end).  Needs output_dir."""
+    eval_steps: int = 0
+    """Greedy accuracy on held-out prompts every N steps (0: off)."""
+    eval_prompts: int = 64
+    device: str = "auto"
+    """"auto" (CUDA if present, else CPU), "cpu" or "cuda"."""
+    progress_bar: bool = True
+
+    def validate(self):
+        from rl_lab.tasks import TASKS  # local import: tasks imports nothing from here
+        _check_choice(self, "task", list(TASKS))
+        for name in ("prompts_per_step", "max_completion_length", "num_iterations", "max_steps"):
+            _check_range(self, name, lo=1)
+        _check_range(self, "num_generations", lo=2)
+        _check_range(self, "temperature", lo=0, lo_open=True)
+        _check_range(self, "top_p", lo=0, hi=1, lo_open=True)
+        _check_range(self, "top_k", lo=0)
+        _check_choice(self, "sampler_dtype", DTYPES)
+        _check_choice(self, "advantage_estimator", ADV_ESTIMATORS)
+        _check_choice(self, "scale_rewards", SCALE_REWARDS)
+        _check_choice(self, "policy_loss", POLICY_LOSSES)
+        _check_choice(self, "loss_agg_mode", LOSS_AGG_MODES)
+        _check_range(self, "epsilon", lo=0, hi=1, lo_open=True, hi_open=True)
+        if self.epsilon_high is not None:
+            _check_range(self, "epsilon_high", lo=0, lo_open=True)
+        _check_range(self, "beta", lo=0)
+        _check_choice(self, "rollout_is", ROLLOUT_IS)
+        _check_range(self, "rollout_is_threshold", lo=0, lo_open=True)
+        _check_range(self, "learning_rate", lo=0, lo_open=True)
+        _check_range(self, "adam_beta1", lo=0, hi=1, hi_open=True)
+        _check_range(self, "adam_beta2", lo=0, hi=1, hi_open=True)
+        _check_range(self, "weight_decay", lo=0)
+        _check_range(self, "max_grad_norm", lo=0, lo_open=True)
+        _check_choice(self, "lr_scheduler_type", SCHEDULERS)
+        for name in ("warmup_steps", "save_steps", "eval_steps", "seed"):
+            _check_range(self, name, lo=0)
+        _check_range(self, "eval_prompts", lo=1)
+        _check_choice(self, "device", ("auto", "cpu", "cuda"))
+        if self.save_steps and not self.output_dir:
+            raise ConfigError("RLConfig.save_steps > 0 needs output_dir (where to write checkpoints)")
+
+    def sampling(self) -> SamplingConfig:
+        return SamplingConfig(self.max_completion_length, self.temperature, self.top_p,
+                              self.top_k, self.sampler_dtype)
+
+
+@dataclass
+class WarmStartConfig(_Validated):
+    """Supervised pre-training on a task's solutions, so RL starts from a policy that
+    sometimes succeeds."""
+    task: str = "addition"
+    task_kwargs: dict = field(default_factory=dict)
+    model_size: str = "0.3M"
+    steps: int = 1500
+    batch_size: int = 64
+    learning_rate: float = 3e-3
+    warmup_steps: int = 50
+    seed: int = 0
+
+    def validate(self):
+        from rl_lab.models import MODEL_SIZES
+        from rl_lab.tasks import TASKS
+        _check_choice(self, "task", list(TASKS))
+        _check_choice(self, "model_size", list(MODEL_SIZES))
+        for name in ("steps", "batch_size"):
+            _check_range(self, name, lo=1)
+        _check_range(self, "learning_rate", lo=0, lo_open=True)
+        _check_range(self, "warmup_steps", lo=0)
+
+
+# Preset overrides for RLConfig.  smoke: CI, a minute or less; laptop: minutes on 2 cores;
+# gpu: full size on one GPU.
+_PRESET_OVERRIDES: dict[str, dict[str, Any]] = {
+    "smoke": dict(max_steps=120, prompts_per_step=8, num_generations=8),
+    "laptop": dict(max_steps=600, prompts_per_step=8, num_generations=8),
+    "gpu": dict(max_steps=2000, prompts_per_step=32, num_generations=16),
+}
+
+
+def preset_name(name: str | None = None) -> str:
+    """The preset in force: `name`, else $RL_LAB_PRESET, else "smoke"."""
+    name = name or os.environ.get("RL_LAB_PRESET") or "smoke"
+    if name not in PRESETS:
+        raise ConfigError(f"preset {name!r} is unknown (from RL_LAB_PRESET or the argument); "
+                          f"choose one of {list(PRESETS)}")
+    return name
+
+
+def get_preset(name: str | None = None, **overrides) -> RLConfig:
+    """An `RLConfig` for the preset (`smoke`/`laptop`/`gpu`, default $RL_LAB_PRESET),
+    with `overrides` applied on top."""
+    base = dict(_PRESET_OVERRIDES[preset_name(name)])
+    base.update(overrides)
+    return RLConfig.from_dict(base)

@@ -1,0 +1,96 @@
+"""Causal LMs: tiny Qwen2 models built from a config (random init, no downloads), the
+loading path for any local or hub causal LM, and the shipped warm-start checkpoints."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
+
+from rl_lab.tokenizer import build_tokenizer, load_tokenizer
+
+CHECKPOINT_DIR = Path(__file__).parent / "checkpoints"
+
+# name -> Qwen2 shape.  Parameter counts include the tied 64-token embedding.
+MODEL_SIZES: dict[str, dict] = {
+    "0.3M": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, intermediate_size=256),
+    "3M": dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+               num_key_value_heads=2, intermediate_size=768),
+    "30M": dict(hidden_size=512, num_hidden_layers=8, num_attention_heads=8,
+                num_key_value_heads=4, intermediate_size=2048),
+}
+
+
+def model_config(size: str, vocab_size: int, max_position_embeddings: int = 128) -> Qwen2Config:
+    if size not in MODEL_SIZES:
+        raise ValueError(f"model size {size!r} is unknown; choose one of {list(MODEL_SIZES)} "
+                         "or pass a path to a saved model")
+    tok = build_tokenizer()
+    return Qwen2Config(
+        vocab_size=vocab_size, max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=True, rope_theta=10000.0, attention_dropout=0.0,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        **MODEL_SIZES[size],
+    )
+
+
+def build_model(size: str = "0.3M", seed: int = 0) -> tuple[PreTrainedModel, object]:
+    """A randomly initialised Qwen2 causal LM of a size preset, and its tokenizer."""
+    tok = build_tokenizer()
+    cfg = model_config(size, vocab_size=len(tok))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(cfg)
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.generation_config.eos_token_id = tok.eos_token_id
+    return model, tok
+
+
+def num_parameters(model: torch.nn.Module, trainable_only: bool = False) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+def load_model(path: str | Path, dtype: torch.dtype = torch.float32):
+    """Load any Hugging Face causal LM saved with `save_pretrained` (a local folder or,
+    with network access, a hub id).  Never runs remote code."""
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, trust_remote_code=False)
+    local = Path(path)
+    if local.is_dir() and (local / "tokenizer.json").exists():
+        tok = load_tokenizer(local)
+    else:
+        from transformers import AutoTokenizer
+        tok = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
+        tok.padding_side = "left"
+    return model, tok
+
+
+def warm_start_path(task: str, size: str = "0.3M") -> Path:
+    return CHECKPOINT_DIR / f"{task}-{size}"
+
+
+def load_warm_start(task: str, size: str = "0.3M"):
+    """The shipped supervised warm start for `task` (see `rl_lab.warmstart`)."""
+    path = warm_start_path(task, size)
+    if not (path / "model.safetensors").exists():
+        have = sorted(p.name for p in CHECKPOINT_DIR.glob("*-*") if p.is_dir())
+        raise FileNotFoundError(
+            f"no warm-start checkpoint for task={task!r} size={size!r} at {path}; shipped: {have}. "
+            f"Make one with: python -m rl_lab.warmstart --task {task} --size {size}")
+    return load_model(path)
+
+
+def resolve_model(spec: str, task: str, seed: int = 0):
+    """RLConfig.model -> (model, tokenizer): "warm-start", a size preset, or a path."""
+    if spec == "warm-start":
+        return load_warm_start(task)
+    if spec.startswith("warm-start:"):
+        return load_warm_start(task, spec.split(":", 1)[1])
+    if spec in MODEL_SIZES:
+        return build_model(spec, seed=seed)
+    if Path(spec).exists():
+        return load_model(spec)
+    raise ValueError(f"RLConfig.model={spec!r}: not 'warm-start', 'warm-start:<size>', a size "
+                     f"preset {list(MODEL_SIZES)}, nor an existing path")

@@ -1,0 +1,178 @@
+"""Rollout engines: sample completions and return the sampler's own per-token log-probs.
+
+The log-probs a rollout engine reports are those of the behaviour policy mu: the
+distribution it actually sampled from, in its own precision, after temperature, top-k and
+top-p.  The trainer later recomputes pi on the same tokens; the gap between the two is the
+training-inference mismatch this book is about.
+
+Any engine implements `generate(prompts, n, sampling) -> RolloutBatch` and
+`sync_weights(model)`.  `HFEngine` is a KV-cached sampling loop on Hugging Face models.
+"""
+from __future__ import annotations
+
+import copy
+import inspect
+from dataclasses import dataclass, fields
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+
+from rl_lab.config import SamplingConfig
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class RolloutBatch:
+    """B = len(prompts) * n rows, grouped: rows [g*n, (g+1)*n) share prompt g."""
+    prompts: list[str]               # (B,) prompt text, repeated n times
+    prompt_ids: torch.Tensor         # (B, P) left-padded
+    prompt_mask: torch.Tensor        # (B, P) 1 on real prompt tokens
+    completion_ids: torch.Tensor     # (B, T) right-padded with pad_token_id
+    completion_mask: torch.Tensor    # (B, T) 1 on generated tokens, up to and including <eos>
+    sampler_logprobs: torch.Tensor   # (B, T) log mu(y_t | x, y_<t); 0 where mask is 0
+    completions: list[str]           # (B,) decoded, special tokens removed
+    is_truncated: torch.Tensor       # (B,) bool: no <eos> within max_completion_length
+    group_ids: torch.Tensor          # (B,) index of the prompt each row belongs to
+
+    @property
+    def num_groups(self) -> int:
+        return int(self.group_ids.max().item()) + 1 if len(self.group_ids) else 0
+
+    def to(self, device) -> "RolloutBatch":
+        moved = {f.name: getattr(self, f.name) for f in fields(self)}
+        for k, v in moved.items():
+            if isinstance(v, torch.Tensor):
+                moved[k] = v.to(device)
+        return RolloutBatch(**moved)
+
+
+class RolloutEngine(Protocol):
+    def generate(self, prompts: list[str], n: int, sampling: SamplingConfig,
+                 generator: torch.Generator | None = None) -> RolloutBatch: ...
+
+    def sync_weights(self, model: torch.nn.Module) -> None: ...
+
+
+def process_logits(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
+    """(B, V) raw logits -> (B, V) log-probs of the distribution actually sampled from:
+    temperature, then top-k, then top-p (removed tokens get -inf)."""
+    logits = logits.float() / sampling.temperature
+    if sampling.top_k and sampling.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, sampling.top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if sampling.top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = sorted_logits.softmax(-1)
+        # drop a token when the mass strictly before it already reaches top_p
+        drop_sorted = (probs.cumsum(-1) - probs) >= sampling.top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return F.log_softmax(logits, dim=-1)
+
+
+def sample_tokens(logp: torch.Tensor, generator: torch.Generator | None):
+    """Sample one token per row of (B, V) log-probs.  Rows that are not a valid
+    distribution (NaN/inf from a broken sampler) draw uniformly and report NaN, so the
+    trainer can mask and count them instead of crashing."""
+    bad = ~torch.isfinite(logp).any(-1) | torch.isnan(logp).any(-1)               # (B,)
+    probs = logp.exp()
+    if bad.any():
+        probs = torch.where(bad[:, None], torch.ones_like(probs), probs)
+    tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)       # (B,)
+    token_logp = logp.gather(-1, tokens[:, None]).squeeze(-1)                     # (B,)
+    token_logp = torch.where(bad, torch.full_like(token_logp, float("nan")), token_logp)
+    return tokens, token_logp
+
+
+def _cache_argument(model) -> str:
+    """transformers 5 renamed `past_key_values` to `cache`; accept both."""
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def _returned_cache(out):
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
+class HFEngine:
+    """KV-cached sampling on a Hugging Face causal LM.
+
+    With `dtype` equal to the trainer's and `copy_weights=False` (the default for fp32) the
+    engine samples from the trainer's own module: no copy, no sync.  Otherwise it keeps its
+    own copy in `dtype` and `sync_weights(model)` copies the trainer's weights in memory.
+    """
+
+    def __init__(self, model: torch.nn.Module, tokenizer, dtype: str = "float32",
+                 copy_weights: bool | None = None):
+        if dtype not in _DTYPES:
+            raise ValueError(f"HFEngine dtype={dtype!r}: choose one of {list(_DTYPES)}")
+        self.tokenizer = tokenizer
+        self.dtype = _DTYPES[dtype]
+        trainer_dtype = next(model.parameters()).dtype
+        if copy_weights is None:
+            copy_weights = self.dtype != trainer_dtype
+        self.copy_weights = copy_weights
+        self.model = copy.deepcopy(model).to(self.dtype) if copy_weights else model
+        if copy_weights:
+            self.model.requires_grad_(False)
+
+    @torch.no_grad()
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Load the trainer's current weights into the sampler (in memory, cast to dtype)."""
+        if not self.copy_weights:
+            return
+        src = dict(model.named_parameters())
+        for name, p in self.model.named_parameters():
+            p.copy_(src[name].detach())
+
+    @torch.no_grad()
+    def generate(self, prompts: list[str], n: int, sampling: SamplingConfig,
+                 generator: torch.Generator | None = None) -> RolloutBatch:
+        tok, model = self.tokenizer, self.model
+        device = next(model.parameters()).device
+        was_training = model.training
+        model.eval()
+        rows = [p for p in prompts for _ in range(n)]
+        enc = tok(rows, return_tensors="pt", padding=True)
+        prompt_ids = enc["input_ids"].to(device)                           # (B, P)
+        prompt_mask = enc["attention_mask"].to(device)                     # (B, P)
+        B, T = prompt_ids.shape[0], sampling.max_completion_length
+        eos, pad = tok.eos_token_id, tok.pad_token_id
+
+        completion_ids = torch.full((B, T), pad, dtype=torch.long, device=device)
+        sampler_logprobs = torch.zeros((B, T), dtype=torch.float32, device=device)
+        completion_mask = torch.zeros((B, T), dtype=torch.long, device=device)
+        finished = torch.zeros(B, dtype=torch.bool, device=device)
+        attn = torch.ones((B, prompt_ids.shape[1] + T), dtype=torch.long, device=device)
+        attn[:, : prompt_ids.shape[1]] = prompt_mask                       # (B, P+T), grows in place
+        positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)              # (B, P)
+
+        # prefill: one forward over the prompt, keep only the last position's logits
+        out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions,
+                    use_cache=True, logits_to_keep=1)
+        cache_arg = _cache_argument(model)
+        cache, next_pos = _returned_cache(out), positions[:, -1:] + 1      # (B, 1)
+        P = prompt_ids.shape[1]
+        for t in range(T):
+            logp = process_logits(out.logits[:, -1], sampling)             # (B, V) fp32
+            tokens, token_logp = sample_tokens(logp, generator)            # (B,), (B,)
+            alive = ~finished
+            completion_ids[:, t] = torch.where(alive, tokens, torch.full_like(tokens, pad))
+            sampler_logprobs[:, t] = torch.where(alive, token_logp, torch.zeros_like(token_logp))
+            completion_mask[:, t] = alive.long()
+            finished |= tokens == eos
+            if finished.all() or t == T - 1:
+                break
+            out = model(input_ids=completion_ids[:, t : t + 1], attention_mask=attn[:, : P + t + 1],
+                        position_ids=next_pos, use_cache=True, **{cache_arg: cache})
+            cache, next_pos = _returned_cache(out), next_pos + 1
+
+        model.train(was_training)
+        has_eos = ((completion_ids == eos) & completion_mask.bool()).any(-1)
+        texts = tok.batch_decode(completion_ids.tolist(), skip_special_tokens=True)
+        group_ids = torch.arange(len(prompts), device=device).repeat_interleave(n)
+        return RolloutBatch(rows, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                            sampler_logprobs, texts, ~has_eos, group_ids)

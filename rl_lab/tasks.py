@@ -1,0 +1,222 @@
+"""Synthetic tasks with exact, verifiable rewards.
+
+Each task generates seeded prompts with a difficulty knob and scores completions with a
+reward function in TRL's signature: ``reward(prompts, completions, answer, **kwargs) ->
+list[float]`` (extra dataset columns arrive as keyword arguments).
+"""
+from __future__ import annotations
+
+import ast
+import operator
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Task:
+    """Base class: subclasses define `sample(rng)` and `score(completion, example)`."""
+    name = "task"
+    reward_mode: str = "exact"
+
+    def sample(self, rng: np.random.Generator) -> dict:
+        raise NotImplementedError
+
+    def score(self, completion: str, example: dict) -> float:
+        raise NotImplementedError
+
+    @property
+    def max_answer_length(self) -> int:
+        raise NotImplementedError
+
+    def make_dataset(self, n: int, seed: int = 0) -> list[dict]:
+        """n examples {"prompt", "answer", ...}, the same for the same seed."""
+        rng = np.random.default_rng(seed)
+        return [self.sample(rng) for _ in range(n)]
+
+    def target(self, example: dict) -> str:
+        """The completion supervised warm-start trains on."""
+        return example["answer"]
+
+    def reward(self, prompts=None, completions=None, answer=None, **kwargs) -> list[float]:
+        """TRL-style reward function: one float per completion."""
+        if completions is None or answer is None:
+            raise TypeError(f"{self.name}.reward needs completions= and answer=")
+        columns = {"answer": answer, **{k: v for k, v in kwargs.items() if isinstance(v, list)}}
+        out = []
+        for i, completion in enumerate(completions):
+            example = {k: v[i] for k, v in columns.items() if len(v) == len(completions)}
+            out.append(float(self.score(completion, example)))
+        return out
+
+    def __call__(self, *args, **kwargs):
+        return self.reward(*args, **kwargs)
+
+    @property
+    def __name__(self):  # TRL logs rewards/<func.__name__>
+        return self.name
+
+
+def _digit_match(pred: str, target: str) -> float:
+    """Fraction of aligned positions that agree, over the longer string (0 for empty)."""
+    if not pred and not target:
+        return 1.0
+    hits = sum(a == b for a, b in zip(pred, target))
+    return hits / max(len(pred), len(target))
+
+
+@dataclass
+class Addition(Task):
+    """"37+45=" -> "82".  Knob: `digits` per operand."""
+    digits: int = 2
+    name = "addition"
+
+    def __post_init__(self):
+        if not 1 <= self.digits <= 6:
+            raise ValueError(f"Addition.digits={self.digits} must be in [1, 6]")
+        if self.reward_mode not in ("exact", "partial"):
+            raise ValueError(f"reward_mode={self.reward_mode!r}: choose 'exact' or 'partial'")
+
+    def sample(self, rng):
+        lo, hi = 10 ** (self.digits - 1) if self.digits > 1 else 0, 10 ** self.digits
+        a, b = int(rng.integers(lo, hi)), int(rng.integers(lo, hi))
+        return {"prompt": f"{a}+{b}=", "answer": str(a + b)}
+
+    @property
+    def max_answer_length(self):
+        return self.digits + 1
+
+    def score(self, completion, example):
+        pred = completion.strip()
+        if self.reward_mode == "partial":
+            return _digit_match(pred, example["answer"])
+        return float(pred == example["answer"])
+
+
+@dataclass
+class Reversal(Task):
+    """"rev:30417=" -> "71403".  Knob: `length` of the digit string."""
+    length: int = 5
+    name = "reversal"
+
+    def __post_init__(self):
+        if not 1 <= self.length <= 20:
+            raise ValueError(f"Reversal.length={self.length} must be in [1, 20]")
+
+    def sample(self, rng):
+        s = "".join(str(d) for d in rng.integers(0, 10, self.length))
+        return {"prompt": f"rev:{s}=", "answer": s[::-1]}
+
+    @property
+    def max_answer_length(self):
+        return self.length
+
+    def score(self, completion, example):
+        pred = completion.strip()
+        if self.reward_mode == "partial":
+            return _digit_match(pred, example["answer"])
+        return float(pred == example["answer"])
+
+
+@dataclass
+class Sorting(Task):
+    """"sort:30417=" -> "01347".  Knob: `length`."""
+    length: int = 5
+    name = "sorting"
+
+    def __post_init__(self):
+        if not 1 <= self.length <= 20:
+            raise ValueError(f"Sorting.length={self.length} must be in [1, 20]")
+
+    def sample(self, rng):
+        s = "".join(str(d) for d in rng.integers(0, 10, self.length))
+        return {"prompt": f"sort:{s}=", "answer": "".join(sorted(s))}
+
+    @property
+    def max_answer_length(self):
+        return self.length
+
+    def score(self, completion, example):
+        pred = completion.strip()
+        if self.reward_mode == "partial":
+            return _digit_match(pred, example["answer"])
+        return float(pred == example["answer"])
+
+
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
+
+
+def safe_eval(expr: str) -> tuple[int, list[int]]:
+    """Evaluate an integer expression with + - * and parentheses; return (value, numbers
+    used).  Raises ValueError for anything else."""
+    try:
+        tree = ast.parse(expr, mode="eval")
+    except SyntaxError as e:
+        raise ValueError(f"not an expression: {expr!r}") from e
+    numbers: list[int] = []
+
+    def ev(node):
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
+            return _OPS[type(node.op)](ev(node.left), ev(node.right))
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            numbers.append(node.value)
+            return node.value
+        raise ValueError(f"unsupported element in {expr!r}")
+
+    return ev(tree.body), numbers
+
+
+@dataclass
+class Countdown(Task):
+    """"cd:3,5,7>22=" -> an expression using each number once, e.g. "3*5+7".
+    Any correct expression earns the reward.  Knobs: `n_numbers`, `max_number`."""
+    n_numbers: int = 3
+    max_number: int = 9
+    name = "countdown"
+
+    def __post_init__(self):
+        if not 2 <= self.n_numbers <= 5:
+            raise ValueError(f"Countdown.n_numbers={self.n_numbers} must be in [2, 5]")
+        if not 2 <= self.max_number <= 99:
+            raise ValueError(f"Countdown.max_number={self.max_number} must be in [2, 99]")
+
+    def sample(self, rng):
+        nums = [int(x) for x in rng.integers(1, self.max_number + 1, self.n_numbers)]
+        ops = rng.choice(["+", "-", "*"], self.n_numbers - 1)
+        expr = str(nums[0]) + "".join(f"{o}{n}" for o, n in zip(ops, nums[1:]))
+        target, _ = safe_eval(expr)
+        shown = sorted(nums)
+        return {"prompt": f"cd:{','.join(map(str, shown))}>{target}=", "answer": expr,
+                "numbers": shown, "target": target}
+
+    @property
+    def max_answer_length(self):
+        return self.n_numbers * (len(str(self.max_number)) + 1) - 1
+
+    def score(self, completion, example):
+        try:
+            value, used = safe_eval(completion.strip())
+        except (ValueError, RecursionError):
+            return 0.0
+        numbers = example.get("numbers")
+        target = example.get("target")
+        if numbers is None or target is None:  # recover both from the answer
+            target, numbers = safe_eval(example["answer"])
+        return float(value == target and Counter(used) == Counter(numbers))
+
+
+TASKS: dict[str, type[Task]] = {"addition": Addition, "reversal": Reversal,
+                                "sorting": Sorting, "countdown": Countdown}
+
+
+def get_task(name: str, **kwargs) -> Task:
+    """Build a task by name with its difficulty knobs, e.g. get_task("addition", digits=3)."""
+    if name not in TASKS:
+        raise ValueError(f"task {name!r} is unknown; choose one of {list(TASKS)}")
+    try:
+        return TASKS[name](**kwargs)
+    except TypeError as e:
+        import dataclasses
+        fields = [f.name for f in dataclasses.fields(TASKS[name])]
+        raise ValueError(f"task {name!r} accepts {fields}; got {sorted(kwargs)}") from e

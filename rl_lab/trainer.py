@@ -1,0 +1,376 @@
+"""The RL trainer: rollout -> reward -> group advantages -> trainer log-probs -> correction
+hook -> policy loss -> AdamW.  One `step()` is one rollout batch; `train()` loops, logs
+metrics with TRL's names, checkpoints atomically and resumes bit for bit.
+
+Faults never crash a step: a reward function that raises or returns NaN/None, NaN/inf
+sampler or trainer log-probs, and empty completions are masked out of the loss and counted
+under `faults/`; a step whose gradient is not finite is skipped, so the weights stay clean.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+import yaml
+
+from rl_lab.algos.grpo import aggregate_loss, group_advantages, kl_k3, policy_loss, sequence_logprobs
+from rl_lab.config import ConfigError, RLConfig, SamplingConfig
+from rl_lab.corrections import rollout_correction
+from rl_lab.models import resolve_model
+from rl_lab.rollout import HFEngine, RolloutBatch
+from rl_lab.tasks import get_task
+from rl_lab.utils import atomic_replace_dir, atomic_write_text, pick_device, read_jsonl, seed_everything
+
+log = logging.getLogger(__name__)
+TIMING_KEYS = ("step_time", "time/rollout", "time/update")
+
+
+def call_reward_funcs(reward_funcs, prompts, completions, completion_ids, columns):
+    """Sum of the reward functions' outputs, (B,) float64 with NaN where a function failed.
+
+    A function that raises on the batch is retried sample by sample, so one bad completion
+    costs one NaN, not the batch.  None (TRL: "not applicable") and non-numbers become NaN.
+    Returns (rewards, per-function means, number of failed samples).
+    """
+    B = len(completions)
+    total = np.zeros(B)
+    per_func, errors = {}, np.zeros(B, dtype=bool)
+
+    def to_float(v):
+        try:
+            return float(v) if v is not None else math.nan
+        except (TypeError, ValueError):
+            return math.nan
+
+    for func in reward_funcs:
+        name = getattr(func, "__name__", type(func).__name__)
+        try:
+            values = list(func(prompts=prompts, completions=completions,
+                               completion_ids=completion_ids, **columns))
+            if len(values) != B:
+                raise ValueError(f"reward function {name} returned {len(values)} values for {B} completions")
+        except Exception as exc:  # isolate the failing samples
+            log.warning("reward function %s raised %r; scoring samples one by one", name, exc)
+            values = []
+            for i in range(B):
+                try:
+                    one = func(prompts=prompts[i:i + 1], completions=completions[i:i + 1],
+                               completion_ids=completion_ids[i:i + 1],
+                               **{k: v[i:i + 1] for k, v in columns.items()})
+                    values.append(one[0])
+                except Exception:
+                    values.append(None)
+        vals = np.array([to_float(v) for v in values])
+        errors |= ~np.isfinite(vals)
+        total += vals
+        per_func[name] = vals
+    return total, per_func, int(errors.sum())
+
+
+class Trainer:
+    """GRPO/REINFORCE trainer for a causal LM on a verifiable task.
+
+    Trainer(config) builds the task, model and engine from the config; notebooks can pass
+    their own `model`/`tokenizer`/`task`/`engine`/`reward_funcs` instead.
+    """
+
+    def __init__(self, config: RLConfig, model=None, tokenizer=None, task=None, engine=None,
+                 reward_funcs=None):
+        if not isinstance(config, RLConfig):
+            raise ConfigError(f"Trainer needs an RLConfig, got {type(config).__name__}")
+        if (model is None) != (tokenizer is None):
+            raise ConfigError("pass both model= and tokenizer=, or neither (then config.model is used)")
+        self.config = cfg = config
+        self.device = pick_device(cfg.device)
+        seed_everything(cfg.seed)
+        self.task = task if task is not None else get_task(cfg.task, **cfg.task_kwargs)
+        if model is None:
+            model, tokenizer = resolve_model(cfg.model, cfg.task, seed=cfg.seed)
+        self.model, self.tokenizer = model.to(self.device), tokenizer
+        self.model.train()
+        self.ref_model = None
+        if cfg.beta > 0:
+            self.ref_model = copy.deepcopy(self.model).requires_grad_(False).eval()
+        self.engine = engine if engine is not None else HFEngine(self.model, tokenizer, cfg.sampler_dtype)
+        self.reward_funcs = list(reward_funcs) if reward_funcs is not None else [self.task]
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, eps=1e-8,
+                                           betas=(cfg.adam_beta1, cfg.adam_beta2),
+                                           weight_decay=cfg.weight_decay)
+        self.rng = np.random.default_rng(cfg.seed)                     # prompt stream
+        self.generator = torch.Generator(self.device).manual_seed(cfg.seed)  # sampling stream
+        self.eval_set = self.task.make_dataset(cfg.eval_prompts, seed=1_000_003 + cfg.seed)
+        self.global_step = 0
+        self.num_tokens = 0
+        self.history: list[dict] = []
+        self.output_dir = Path(cfg.output_dir) if cfg.output_dir else None
+
+    # ------------------------------------------------------------------ schedule
+    def _lr_factor(self, step: int) -> float:
+        cfg = self.config
+        if step < cfg.warmup_steps:
+            return (step + 1) / cfg.warmup_steps
+        frac = (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps)
+        if cfg.lr_scheduler_type == "linear":
+            return max(0.0, 1.0 - frac)
+        if cfg.lr_scheduler_type == "cosine":
+            return 0.5 * (1 + math.cos(math.pi * min(frac, 1.0)))
+        return 1.0
+
+    # ------------------------------------------------------------------ one step
+    def step(self) -> dict:
+        """One rollout batch and its update(s).  Returns the step's metrics."""
+        cfg, t0 = self.config, time.perf_counter()
+        # ROLLOUT: G completions for each of N prompts, with the sampler's log-probs (mu)
+        examples = [self.task.sample(self.rng) for _ in range(cfg.prompts_per_step)]
+        self.engine.sync_weights(self.model)
+        batch: RolloutBatch = self.engine.generate([e["prompt"] for e in examples], cfg.num_generations,
+                                                   cfg.sampling(), self.generator).to(self.device)
+        rows = [e for e in examples for _ in range(cfg.num_generations)]
+        columns = {k: [r[k] for r in rows] for k in rows[0] if k != "prompt"}
+        rewards_np, per_func, reward_errors = call_reward_funcs(
+            self.reward_funcs, batch.prompts, batch.completions, batch.completion_ids.tolist(), columns)
+        rewards = torch.tensor(rewards_np, dtype=torch.float32, device=self.device)    # (B,)
+        t_rollout = time.perf_counter()
+
+        # TRAINER LOG-PROBS (pi), with gradient; first iteration's copy is pi_old
+        mask = batch.completion_mask.bool()                                              # (B, T)
+        if cfg.mask_truncated_completions:
+            mask &= ~batch.is_truncated[:, None]
+        logp, entropy = sequence_logprobs(self.model, batch.prompt_ids, batch.prompt_mask,
+                                          batch.completion_ids, cfg.temperature, with_entropy=True)
+        old_logp = logp.detach()
+
+        # VALIDITY: mask (and count) rows that cannot be trusted
+        finite_mu = (torch.isfinite(batch.sampler_logprobs) | ~mask).all(-1)             # (B,)
+        finite_pi = (torch.isfinite(old_logp) | ~mask).all(-1)
+        nonempty = mask.any(-1)
+        valid = torch.isfinite(rewards) & finite_mu & finite_pi & nonempty               # (B,)
+        mask &= valid[:, None]
+        rollout_logp = torch.where(mask, batch.sampler_logprobs, torch.zeros_like(old_logp))
+        old_logp_safe = torch.where(mask, old_logp, torch.zeros_like(old_logp))
+
+        # ADVANTAGES from sequence rewards, group baseline
+        advantages = group_advantages(rewards, batch.group_ids, valid, cfg.advantage_estimator,
+                                      cfg.scale_rewards)                                  # (B,)
+
+        # CORRECTION HOOK: weights and mask between pi_old and mu
+        is_weights, mask, corr_metrics = rollout_correction(old_logp_safe, rollout_logp, mask,
+                                                            cfg.rollout_is, cfg.rollout_is_threshold)
+        ref_logp = None
+        if self.ref_model is not None:
+            with torch.no_grad():
+                ref_logp = sequence_logprobs(self.ref_model, batch.prompt_ids, batch.prompt_mask,
+                                             batch.completion_ids, cfg.temperature)
+
+        # UPDATE: num_iterations optimizer steps on this batch
+        skipped, grad_norm, loss_value, kl_value, pg_metrics = 0, float("nan"), float("nan"), None, {}
+        for group in self.optimizer.param_groups:
+            group["lr"] = cfg.learning_rate * self._lr_factor(self.global_step)
+        for it in range(cfg.num_iterations):
+            if it > 0:
+                logp = sequence_logprobs(self.model, batch.prompt_ids, batch.prompt_mask,
+                                         batch.completion_ids, cfg.temperature)
+            logp_safe = torch.where(mask, logp, torch.zeros_like(logp))
+            per_token, pg_metrics = policy_loss(logp_safe, old_logp_safe, advantages, mask, cfg.policy_loss,
+                                                cfg.epsilon, cfg.epsilon_high, is_weights)
+            if ref_logp is not None:
+                kl = kl_k3(logp_safe, torch.where(mask, ref_logp, torch.zeros_like(ref_logp)))
+                per_token = per_token + cfg.beta * kl
+                kl_value = (kl.detach() * mask).sum().item() / max(1, int(mask.sum()))
+            loss = aggregate_loss(per_token, mask, cfg.loss_agg_mode, cfg.max_completion_length)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            params = [p for p in self.model.parameters() if p.requires_grad]
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm).item()
+            loss_value = loss.item()
+            if math.isfinite(grad_norm) and math.isfinite(loss_value):
+                self.optimizer.step()
+            else:  # never let a NaN/inf reach the weights
+                skipped += 1
+                self.optimizer.zero_grad(set_to_none=True)
+        self.global_step += 1
+
+        # METRICS (TRL's names where they exist)
+        lengths = batch.completion_mask.sum(-1).float()
+        self.num_tokens += int(batch.prompt_mask.sum() + batch.completion_mask.sum())
+        metrics = {"step": self.global_step}
+        metrics.update(self._reward_metrics(rewards, batch.group_ids, valid, per_func))
+        term = lengths[~batch.is_truncated]
+        metrics.update({
+            "completions/mean_length": lengths.mean().item(),
+            "completions/min_length": lengths.min().item(),
+            "completions/max_length": lengths.max().item(),
+            "completions/clipped_ratio": batch.is_truncated.float().mean().item(),
+            "completions/mean_terminated_length": term.mean().item() if len(term) else 0.0,
+            "entropy": (entropy.detach() * mask).sum().item() / max(1, int(mask.sum())),
+            "loss": loss_value, "grad_norm": grad_norm,
+            "learning_rate": self.optimizer.param_groups[0]["lr"],
+            "num_tokens": self.num_tokens,
+            "faults/reward_errors": reward_errors,
+            "faults/nonfinite_logprobs": int((~(finite_mu & finite_pi)).sum()),
+            "faults/empty_completions": int((~nonempty).sum()),
+            "faults/masked_samples": int((~valid).sum()),
+            "faults/skipped_steps": skipped,
+        })
+        if kl_value is not None:
+            metrics["kl"] = kl_value
+        metrics.update(pg_metrics)
+        metrics.update(corr_metrics)
+        lr_tok = (old_logp_safe - rollout_logp)[mask]
+        if lr_tok.numel():
+            ratio = lr_tok.clamp(-20, 20).exp()
+            metrics.update({"sampling/sampling_logp_difference/mean": lr_tok.abs().mean().item(),
+                            "sampling/sampling_logp_difference/max": lr_tok.abs().max().item(),
+                            "sampling/importance_sampling_ratio/min": ratio.min().item(),
+                            "sampling/importance_sampling_ratio/mean": ratio.mean().item(),
+                            "sampling/importance_sampling_ratio/max": ratio.max().item()})
+        if cfg.eval_steps and self.global_step % cfg.eval_steps == 0:
+            metrics.update(self.evaluate())
+        t1 = time.perf_counter()
+        metrics.update({"time/rollout": t_rollout - t0, "time/update": t1 - t_rollout, "step_time": t1 - t0})
+        return metrics
+
+    def _reward_metrics(self, rewards, group_ids, valid, per_func) -> dict:
+        r = rewards[valid].double()
+        out = {"reward": r.mean().item() if len(r) else float("nan")}
+        stds, zero = [], 0
+        for g in range(int(group_ids.max()) + 1):
+            rg = rewards[(group_ids == g) & valid].double()
+            s = rg.std().item() if len(rg) > 1 else 0.0
+            stds.append(s)
+            zero += s == 0.0
+        out["reward_std"] = float(np.mean(stds))
+        out["frac_reward_zero_std"] = zero / len(stds)
+        for name, vals in per_func.items():
+            ok = vals[np.isfinite(vals)]
+            out[f"rewards/{name}/mean"] = float(ok.mean()) if len(ok) else float("nan")
+            out[f"rewards/{name}/std"] = float(ok.std(ddof=1)) if len(ok) > 1 else 0.0
+        return out
+
+    @torch.no_grad()
+    def evaluate(self, examples: list[dict] | None = None) -> dict:
+        """Greedy accuracy (mean reward) on held-out prompts."""
+        examples = examples or self.eval_set
+        self.engine.sync_weights(self.model)
+        greedy = SamplingConfig(max_completion_length=self.config.max_completion_length, top_k=1,
+                                dtype=self.config.sampler_dtype)
+        gen = torch.Generator(self.device).manual_seed(0)
+        batch = self.engine.generate([e["prompt"] for e in examples], 1, greedy, gen)
+        columns = {k: [e[k] for e in examples] for k in examples[0] if k != "prompt"}
+        rewards, _, _ = call_reward_funcs(self.reward_funcs, batch.prompts, batch.completions,
+                                          batch.completion_ids.tolist(), columns)
+        return {"eval/reward": float(np.nanmean(rewards))}
+
+    # ------------------------------------------------------------------ loop
+    def train(self, max_steps: int | None = None, resume: bool = False) -> pd.DataFrame:
+        """Run until `max_steps` (default config.max_steps).  With `resume`, continue from the
+        last checkpoint in output_dir.  Returns the metrics as a DataFrame."""
+        from tqdm.auto import tqdm
+
+        cfg = self.config
+        max_steps = max_steps or cfg.max_steps
+        if resume:
+            self.resume()
+        if self.output_dir is not None:
+            self.output_dir.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.output_dir / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        bar = tqdm(total=max_steps, initial=self.global_step, desc=f"RL {cfg.task}",
+                   disable=not cfg.progress_bar, leave=True)
+        while self.global_step < max_steps:
+            metrics = self.step()
+            self.history.append(metrics)
+            if self.output_dir is not None:
+                with open(self.output_dir / "metrics.jsonl", "a") as f:
+                    f.write(json.dumps(metrics) + "\n")
+                if cfg.save_steps and self.global_step % cfg.save_steps == 0:
+                    self.save_checkpoint()
+            bar.update(1)
+            bar.set_postfix(reward=f"{metrics['reward']:.3f}")
+        bar.close()
+        if self.output_dir is not None:
+            self.save_checkpoint()
+            self.save_model(self.output_dir / "final")
+        return self.metrics()
+
+    def metrics(self) -> pd.DataFrame:
+        return pd.DataFrame(self.history)
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_model(self, path: str | Path) -> None:
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.model.save_pretrained(tmp)
+        self.tokenizer.save_pretrained(tmp)
+        atomic_replace_dir(tmp, path)
+
+    def save_checkpoint(self, keep: int = 2) -> Path:
+        """Weights, optimizer, scheduler, RNG states and step, written atomically."""
+        if self.output_dir is None:
+            raise ConfigError("save_checkpoint needs RLConfig.output_dir")
+        final = self.output_dir / f"checkpoint-{self.global_step}"
+        tmp = self.output_dir / f".checkpoint-{self.global_step}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        self.model.save_pretrained(tmp)
+        self.tokenizer.save_pretrained(tmp)
+        state = {"global_step": self.global_step, "num_tokens": self.num_tokens,
+                 "optimizer": self.optimizer.state_dict(),
+                 "rng": self.rng.bit_generator.state, "generator": self.generator.get_state(),
+                 "ref_model": self.ref_model.state_dict() if self.ref_model is not None else None,
+                 "engine": (self.engine.model.state_dict()
+                            if getattr(self.engine, "copy_weights", False) else None)}
+        torch.save(state, tmp / "trainer_state.pt")
+        atomic_replace_dir(tmp, final)
+        old = sorted(self.output_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+        for p in old[:-keep]:
+            shutil.rmtree(p, ignore_errors=True)
+        return final
+
+    def last_checkpoint(self) -> Path | None:
+        if self.output_dir is None or not self.output_dir.exists():
+            return None
+        ckpts = [p for p in self.output_dir.glob("checkpoint-*") if (p / "trainer_state.pt").exists()]
+        return max(ckpts, key=lambda p: int(p.name.split("-")[1])) if ckpts else None
+
+    def resume(self, path: str | Path | None = None) -> bool:
+        """Load the last (or given) checkpoint; trims metrics.jsonl to it.  False if none."""
+        from safetensors.torch import load_file
+
+        path = Path(path) if path else self.last_checkpoint()
+        if path is None:
+            return False
+        weights = load_file(path / "model.safetensors", device=str(self.device))
+        missing, unexpected = self.model.load_state_dict(weights, strict=False)
+        if unexpected or any("lm_head" not in k for k in missing):  # lm_head is tied
+            raise RuntimeError(f"checkpoint {path} does not match the model: "
+                               f"missing {missing}, unexpected {unexpected}")
+        state = torch.load(path / "trainer_state.pt", map_location=self.device, weights_only=False)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.rng.bit_generator.state = state["rng"]
+        self.generator.set_state(state["generator"].cpu() if self.device.type == "cpu" else state["generator"])
+        if state.get("ref_model") is not None and self.ref_model is not None:
+            self.ref_model.load_state_dict(state["ref_model"])
+        if state.get("engine") is not None and getattr(self.engine, "copy_weights", False):
+            self.engine.model.load_state_dict(state["engine"])
+        self.global_step, self.num_tokens = state["global_step"], state["num_tokens"]
+        metrics_path = self.output_dir / "metrics.jsonl" if self.output_dir else None
+        if metrics_path is not None and metrics_path.exists():
+            rows = [r for r in read_jsonl(metrics_path) if r["step"] <= self.global_step]
+            atomic_write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in rows))
+            self.history = rows
+        return True
+
+
+def first_last_fifth(df: pd.DataFrame, key: str = "reward") -> tuple[float, float]:
+    """Mean of `key` over the first and the last fifth of the steps."""
+    n = max(1, len(df) // 5)
+    return float(df[key].iloc[:n].mean()), float(df[key].iloc[-n:].mean())

@@ -1,0 +1,93 @@
+import math
+
+import pytest
+import torch
+
+from rl_lab.algos.grpo import sequence_logprobs
+from rl_lab.config import SamplingConfig
+from rl_lab.rollout import HFEngine, process_logits, sample_tokens
+
+PROMPTS = ["12+34=", "7+8=", "rev:12345="]   # different lengths: left padding is exercised
+
+
+def _gen(engine, n=4, seed=0, **kw):
+    return engine.generate(PROMPTS, n, SamplingConfig(max_completion_length=10, **kw),
+                           torch.Generator().manual_seed(seed))
+
+
+def test_batch_layout_masks_and_eos(tiny):
+    model, tok = tiny
+    b = _gen(HFEngine(model, tok))
+    B, T = len(PROMPTS) * 4, 10
+    assert b.completion_ids.shape == (B, T) == b.sampler_logprobs.shape == b.completion_mask.shape
+    assert b.group_ids.tolist() == [0] * 4 + [1] * 4 + [2] * 4
+    assert b.prompts[4] == "7+8="
+    for i in range(B):
+        ids, m = b.completion_ids[i].tolist(), b.completion_mask[i].tolist()
+        n = sum(m)
+        assert m == [1] * n + [0] * (T - n)                     # contiguous from the start
+        assert all(t == tok.pad_token_id for t in ids[n:])
+        if tok.eos_token_id in ids[:n]:
+            assert ids.index(tok.eos_token_id) == n - 1 and not b.is_truncated[i]   # eos is last, counted
+        else:
+            assert n == T and b.is_truncated[i]
+    assert torch.all(b.sampler_logprobs[b.completion_mask == 0] == 0)
+    assert torch.all(b.sampler_logprobs[b.completion_mask == 1] <= 0)
+
+
+def test_engine_logprobs_equal_trainer_logprobs_fp32(tiny):
+    model, tok = tiny
+    for temperature in (1.0, 0.7):
+        b = _gen(HFEngine(model, tok), temperature=temperature)
+        with torch.no_grad():
+            lp = sequence_logprobs(model, b.prompt_ids, b.prompt_mask, b.completion_ids, temperature)
+        m = b.completion_mask.bool()
+        assert (lp - b.sampler_logprobs)[m].abs().max().item() < 1e-5
+
+
+def test_sampling_is_seeded(tiny):
+    model, tok = tiny
+    e = HFEngine(model, tok)
+    assert torch.equal(_gen(e, seed=1).completion_ids, _gen(e, seed=1).completion_ids)
+    assert not torch.equal(_gen(e, seed=1).completion_ids, _gen(e, seed=2).completion_ids)
+
+
+def test_bf16_engine_is_a_synced_copy_with_real_mismatch(fresh_tiny):
+    model, tok = fresh_tiny
+    e = HFEngine(model, tok, dtype="bfloat16")
+    assert e.model is not model and next(e.model.parameters()).dtype == torch.bfloat16
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.01)
+    e.sync_weights(model)
+    for (n, p), q in zip(model.named_parameters(), e.model.parameters()):
+        assert torch.equal(p.detach().to(torch.bfloat16), q), n
+    b = _gen(e)
+    with torch.no_grad():
+        lp = sequence_logprobs(model, b.prompt_ids, b.prompt_mask, b.completion_ids)
+    gap = (lp - b.sampler_logprobs)[b.completion_mask.bool()].abs()
+    assert 1e-4 < gap.mean().item() < 0.5            # a real, small mismatch
+
+
+def test_top_k_and_top_p_truncate_the_sampling_distribution():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    lp = process_logits(logits, SamplingConfig(top_k=2))
+    assert torch.isinf(lp[0, 2:]).all() and torch.allclose(lp[0, :2].exp(), torch.tensor([0.625, 0.375]))
+    lp = process_logits(logits, SamplingConfig(top_p=0.8))   # 0.5 + 0.3 reaches 0.8
+    assert torch.isinf(lp[0, 2:]).all()
+    lp = process_logits(logits, SamplingConfig(top_p=0.81))
+    assert torch.isfinite(lp[0, :3]).all() and torch.isinf(lp[0, 3])
+    lp = process_logits(logits, SamplingConfig(temperature=2.0))
+    assert torch.allclose(lp.exp().sum(), torch.tensor(1.0))
+
+
+def test_nonfinite_logits_are_reported_not_raised():
+    logp = torch.log_softmax(torch.randn(3, 5), -1)
+    logp[1] = float("nan")
+    tokens, token_logp = sample_tokens(logp, torch.Generator().manual_seed(0))
+    assert tokens.shape == (3,) and math.isnan(token_logp[1]) and torch.isfinite(token_logp[[0, 2]]).all()
+
+
+def test_bad_dtype_is_rejected(tiny):
+    with pytest.raises(ValueError, match="choose one of"):
+        HFEngine(*tiny, dtype="int8")
