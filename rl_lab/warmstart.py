@@ -31,10 +31,7 @@ from rl_lab.utils import atomic_write_text
 # The checkpoints the labs use.  Steps are chosen so that sampling at temperature 1
 # succeeds sometimes (roughly 20-60%), leaving room for RL.
 SHIPPED: dict[str, WarmStartConfig] = {
-    "addition-0.3M": WarmStartConfig(task="addition", task_kwargs={"digits": 2}, steps=600),
-    "reversal-0.3M": WarmStartConfig(task="reversal", task_kwargs={"length": 5}, steps=300),
-    "sorting-0.3M": WarmStartConfig(task="sorting", task_kwargs={"length": 5}, steps=300),
-    "countdown-0.3M": WarmStartConfig(task="countdown", task_kwargs={"n_numbers": 3}, steps=400),
+    "addition-0.3M": WarmStartConfig(task="addition", task_kwargs={"digits": 2}, steps=520),
 }
 THREADS = 2
 
