@@ -30,7 +30,7 @@ from rl_lab.tasks import get_task
 from rl_lab.utils import atomic_replace_dir, atomic_write_text, pick_device, read_jsonl, seed_everything
 
 log = logging.getLogger(__name__)
-TIMING_KEYS = ("step_time", "time/rollout", "time/update")
+TIMING_KEYS = ("step_time", "time/rollout", "time/update", "time/eval")
 
 
 def call_reward_funcs(reward_funcs, prompts, completions, completion_ids, columns):
@@ -143,7 +143,8 @@ class Trainer:
 
         # TRAINER LOG-PROBS (pi), with gradient; first iteration's copy is pi_old
         mask = batch.completion_mask.bool()                                              # (B, T)
-        if cfg.mask_truncated_completions:
+        nonempty = mask.any(-1)                                                          # (B,)
+        if cfg.mask_truncated_completions:  # by design, not a fault: not counted under faults/
             mask &= ~batch.is_truncated[:, None]
         logp, entropy = sequence_logprobs(self.model, batch.prompt_ids, batch.prompt_mask,
                                           batch.completion_ids, cfg.temperature, with_entropy=True)
@@ -152,7 +153,6 @@ class Trainer:
         # VALIDITY: mask (and count) rows that cannot be trusted
         finite_mu = (torch.isfinite(batch.sampler_logprobs) | ~mask).all(-1)             # (B,)
         finite_pi = (torch.isfinite(old_logp) | ~mask).all(-1)
-        nonempty = mask.any(-1)
         valid = torch.isfinite(rewards) & finite_mu & finite_pi & nonempty               # (B,)
         mask &= valid[:, None]
         rollout_logp = torch.where(mask, batch.sampler_logprobs, torch.zeros_like(old_logp))
@@ -171,7 +171,7 @@ class Trainer:
                 ref_logp = sequence_logprobs(self.ref_model, batch.prompt_ids, batch.prompt_mask,
                                              batch.completion_ids, cfg.temperature)
 
-        # UPDATE: num_iterations optimizer steps on this batch
+        # UPDATE: num_iterations optimizer steps on this batch (loss/grad_norm logged from the last)
         skipped, grad_norm, loss_value, kl_value, pg_metrics = 0, float("nan"), float("nan"), None, {}
         for group in self.optimizer.param_groups:
             group["lr"] = cfg.learning_rate * self._lr_factor(self.global_step)
@@ -233,10 +233,12 @@ class Trainer:
                             "sampling/importance_sampling_ratio/min": ratio.min().item(),
                             "sampling/importance_sampling_ratio/mean": ratio.mean().item(),
                             "sampling/importance_sampling_ratio/max": ratio.max().item()})
-        if cfg.eval_steps and self.global_step % cfg.eval_steps == 0:
-            metrics.update(self.evaluate())
         t1 = time.perf_counter()
         metrics.update({"time/rollout": t_rollout - t0, "time/update": t1 - t_rollout, "step_time": t1 - t0})
+        if cfg.eval_steps and self.global_step % cfg.eval_steps == 0:
+            t2 = time.perf_counter()
+            metrics.update(self.evaluate())
+            metrics["time/eval"] = time.perf_counter() - t2
         return metrics
 
     def _reward_metrics(self, rewards, group_ids, valid, per_func) -> dict:
