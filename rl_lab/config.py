@@ -228,7 +228,7 @@ class WarmStartConfig(_Validated):
 # Preset overrides for RLConfig.  smoke: CI, a minute or less; laptop: minutes on 2 cores;
 # gpu: full size on one GPU.
 _PRESET_OVERRIDES: dict[str, dict[str, Any]] = {
-    "smoke": dict(max_steps=500, prompts_per_step=8, num_generations=8),
+    "smoke": dict(max_steps=700, prompts_per_step=8, num_generations=8),
     "laptop": dict(max_steps=1500, prompts_per_step=8, num_generations=8),
     "gpu": dict(max_steps=3000, prompts_per_step=32, num_generations=16),
 }

@@ -2,9 +2,11 @@
 loading path for any local or hub causal LM, and the shipped warm-start checkpoints."""
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import torch
+from transformers.utils import logging as hf_logging
 from transformers import AutoModelForCausalLM, PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
 
 from rl_lab.tokenizer import build_tokenizer, load_tokenizer
@@ -51,10 +53,23 @@ def num_parameters(model: torch.nn.Module, trainable_only: bool = False) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
 
 
+@contextlib.contextmanager
+def quiet_hf_progress():
+    """Hide transformers' per-load progress bars (noise in notebooks and logs)."""
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
 def load_model(path: str | Path, dtype: torch.dtype = torch.float32):
     """Load any Hugging Face causal LM saved with `save_pretrained` (a local folder or,
     with network access, a hub id).  Never runs remote code."""
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, trust_remote_code=False)
+    with quiet_hf_progress():
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, trust_remote_code=False)
     local = Path(path)
     if local.is_dir() and (local / "tokenizer.json").exists():
         tok = load_tokenizer(local)

@@ -24,7 +24,7 @@ import yaml
 from rl_lab.algos.grpo import aggregate_loss, group_advantages, kl_k3, policy_loss, sequence_logprobs
 from rl_lab.config import ConfigError, RLConfig, SamplingConfig
 from rl_lab.corrections import rollout_correction
-from rl_lab.models import resolve_model
+from rl_lab.models import quiet_hf_progress, resolve_model
 from rl_lab.rollout import HFEngine, RolloutBatch
 from rl_lab.tasks import get_task
 from rl_lab.utils import atomic_replace_dir, atomic_write_text, pick_device, read_jsonl, seed_everything
@@ -311,7 +311,8 @@ class Trainer:
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        self.model.save_pretrained(tmp)
+        with quiet_hf_progress():
+            self.model.save_pretrained(tmp)
         self.tokenizer.save_pretrained(tmp)
         atomic_replace_dir(tmp, path)
 
@@ -322,7 +323,8 @@ class Trainer:
         final = self.output_dir / f"checkpoint-{self.global_step}"
         tmp = self.output_dir / f".checkpoint-{self.global_step}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        self.model.save_pretrained(tmp)
+        with quiet_hf_progress():
+            self.model.save_pretrained(tmp)
         self.tokenizer.save_pretrained(tmp)
         state = {"global_step": self.global_step, "num_tokens": self.num_tokens,
                  "optimizer": self.optimizer.state_dict(),
