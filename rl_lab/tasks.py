@@ -24,7 +24,12 @@ class Task:
         raise NotImplementedError
 
     def score(self, completion: str, example: dict) -> float:
-        raise NotImplementedError
+        """Default: exact match of the stripped completion with the answer ("exact"), or the
+        fraction of aligned characters that agree ("partial")."""
+        pred = completion.strip()
+        if self.reward_mode == "partial":
+            return _digit_match(pred, example["answer"])
+        return float(pred == example["answer"])
 
     @property
     def max_answer_length(self) -> int:
@@ -87,61 +92,50 @@ class Addition(Task):
     def max_answer_length(self):
         return self.digits + 1
 
-    def score(self, completion, example):
-        pred = completion.strip()
-        if self.reward_mode == "partial":
-            return _digit_match(pred, example["answer"])
-        return float(pred == example["answer"])
+
+@dataclass
+class DigitStringTask(Task):
+    """A string of `length` random digits, answered by `transform(digits)`."""
+    length: int = 5
+    name = "digits"
+    keyword = "digits"
+
+    def __post_init__(self):
+        if not 1 <= self.length <= 20:
+            raise ValueError(f"{type(self).__name__}.length={self.length} must be in [1, 20]")
+        if self.reward_mode not in ("exact", "partial"):
+            raise ValueError(f"reward_mode={self.reward_mode!r}: choose 'exact' or 'partial'")
+
+    def transform(self, digits: str) -> str:
+        raise NotImplementedError
+
+    def sample(self, rng):
+        s = "".join(str(d) for d in rng.integers(0, 10, self.length))
+        return {"prompt": f"{self.keyword}:{s}=", "answer": self.transform(s)}
+
+    @property
+    def max_answer_length(self):
+        return self.length
 
 
 @dataclass
-class Reversal(Task):
+class Reversal(DigitStringTask):
     """"rev:30417=" -> "71403".  Knob: `length` of the digit string."""
-    length: int = 5
     name = "reversal"
+    keyword = "rev"
 
-    def __post_init__(self):
-        if not 1 <= self.length <= 20:
-            raise ValueError(f"Reversal.length={self.length} must be in [1, 20]")
-
-    def sample(self, rng):
-        s = "".join(str(d) for d in rng.integers(0, 10, self.length))
-        return {"prompt": f"rev:{s}=", "answer": s[::-1]}
-
-    @property
-    def max_answer_length(self):
-        return self.length
-
-    def score(self, completion, example):
-        pred = completion.strip()
-        if self.reward_mode == "partial":
-            return _digit_match(pred, example["answer"])
-        return float(pred == example["answer"])
+    def transform(self, digits):
+        return digits[::-1]
 
 
 @dataclass
-class Sorting(Task):
+class Sorting(DigitStringTask):
     """"sort:30417=" -> "01347".  Knob: `length`."""
-    length: int = 5
     name = "sorting"
+    keyword = "sort"
 
-    def __post_init__(self):
-        if not 1 <= self.length <= 20:
-            raise ValueError(f"Sorting.length={self.length} must be in [1, 20]")
-
-    def sample(self, rng):
-        s = "".join(str(d) for d in rng.integers(0, 10, self.length))
-        return {"prompt": f"sort:{s}=", "answer": "".join(sorted(s))}
-
-    @property
-    def max_answer_length(self):
-        return self.length
-
-    def score(self, completion, example):
-        pred = completion.strip()
-        if self.reward_mode == "partial":
-            return _digit_match(pred, example["answer"])
-        return float(pred == example["answer"])
+    def transform(self, digits):
+        return "".join(sorted(digits))
 
 
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}
