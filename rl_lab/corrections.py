@@ -11,14 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from rl_lab.monitors import mismatch_metrics
-
-SAFETY_BOUND = 20.0  # verl clamps log-ratios to [-20, 20] before exp
-
-
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    m = mask.to(x.dtype)
-    return (x * m).sum() / m.sum().clamp(min=1)
+from rl_lab.monitors import SAFETY_BOUND, masked_mean, mismatch_metrics
 
 
 def truncated_is_weights(log_ratio: torch.Tensor, mask: torch.Tensor, level: str = "token",

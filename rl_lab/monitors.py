@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import torch
 
-SAFETY_BOUND = 20.0
+SAFETY_BOUND = 20.0  # verl clamps log-ratios to [-20, 20] before exp
 
 
-def _mmean(x, m):
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    m = mask.to(x.dtype)
     return (x * m).sum() / m.sum().clamp(min=1)
 
 
@@ -33,12 +34,12 @@ def mismatch_metrics(logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch
     return {
         "training_log_ppl": (-_row_mean(lp, m)).mean().item(),
         "rollout_log_ppl": (-_row_mean(lp_roll, m)).mean().item(),
-        "kl": _mmean(lp_roll - lp, m).item(),
-        "k3_kl": _mmean(torch.exp(lr) - lr - 1, m).item(),
+        "kl": masked_mean(lp_roll - lp, m).item(),
+        "k3_kl": masked_mean(torch.exp(lr) - lr - 1, m).item(),
         "log_ppl_diff": d.mean().item(),
         "log_ppl_abs_diff": d.abs().mean().item(),
         "ppl_ratio": torch.exp(d).mean().item(),
-        "chi2_token": (_mmean(torch.exp(lr_safe) ** 2, m) - 1).item(),
+        "chi2_token": (masked_mean(torch.exp(lr_safe) ** 2, m) - 1).item(),
         "chi2_seq": (torch.exp(2 * seq).mean() - 1).item(),
         "max_abs_logprob_diff": (lr.abs() * m).max().item() if m.numel() else 0.0,
     }
