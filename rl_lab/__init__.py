@@ -20,3 +20,4 @@ __all__ = [
     "HFEngine", "RolloutBatch", "get_task", "TASKS",
     "build_tokenizer", "load_tokenizer", "Trainer",
 ]
+from rl_lab import exact  # noqa: E402,F401  (rl_lab.exact: enumerable ground truth)
