@@ -55,12 +55,34 @@ class Task:
             out.append(float(self.score(completion, example)))
         return out
 
+    def token_rewards(self, completion: str, example: dict) -> list[float]:
+        """Per-token rewards r_t: one per character of the stripped completion (the tokenizer
+        is character-level) and one for the closing <eos>.
+
+        "exact": terminal only -- zeros, then the exact-match score on <eos>.
+        "partial": dense ternary rewards in {-1, 0, +1} per character (`digit_token_rewards`).
+        The sequence reward the trainer uses stays `score` (a scalar per completion).
+        """
+        pred = completion.strip()
+        if self.reward_mode == "partial":
+            return digit_token_rewards(pred, example["answer"])
+        return [0.0] * len(pred) + [float(self.score(completion, example))]
+
     def __call__(self, *args, **kwargs):
         return self.reward(*args, **kwargs)
 
     @property
     def __name__(self):  # TRL logs rewards/<func.__name__>
         return self.name
+
+
+def digit_token_rewards(pred: str, target: str) -> list[float]:
+    """Dense ternary per-token rewards for a character-level answer, length len(pred) + 1:
+    character t earns +1 if it equals target[t] and -1 otherwise (wrong, or past the end of
+    the target); the closing <eos> earns 0 if the answer has the target's length, else -1
+    (stopped early or ran long).  The exact answer earns +1 per character and 0 at <eos>."""
+    chars = [1.0 if t < len(target) and c == target[t] else -1.0 for t, c in enumerate(pred)]
+    return chars + [0.0 if len(pred) == len(target) else -1.0]
 
 
 def _digit_match(pred: str, target: str) -> float:
@@ -91,6 +113,13 @@ class Addition(Task):
     @property
     def max_answer_length(self):
         return self.digits + 1
+
+    def all_examples(self) -> list[dict]:
+        """Every prompt of this task, in order (for exact averages over the task; digits <= 3)."""
+        if self.digits > 3:
+            raise ValueError(f"Addition.all_examples: digits={self.digits} has too many prompts; use <= 3")
+        lo, hi = 10 ** (self.digits - 1) if self.digits > 1 else 0, 10 ** self.digits
+        return [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(lo, hi) for b in range(lo, hi)]
 
 
 @dataclass
