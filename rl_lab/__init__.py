@@ -21,3 +21,4 @@ __all__ = [
     "build_tokenizer", "load_tokenizer", "Trainer",
 ]
 from rl_lab import exact  # noqa: E402,F401  (rl_lab.exact: enumerable ground truth)
+from rl_lab import bandits  # noqa: E402,F401  (chapter 11: exploration with ensembles)
