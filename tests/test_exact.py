@@ -214,10 +214,10 @@ def test_weights_follow_the_corrections_conventions():
                   ("sequence", "0.5_1.5", Estimator("seq_mis", C=1.5, C_low=0.5))]
     for level, threshold, est in cases:
         theirs = weights(lr, mask, level=level, threshold=threshold)[0]
-        assert torch.allclose(estimator_weights(est, lr), theirs, rtol=1e-12), est.label
+        assert torch.allclose(estimator_weights(est, lr).expand_as(theirs), theirs, rtol=1e-12), est.label
     if hasattr(corr, "geometric_mask"):
         keep = corr.geometric_mask(lr, mask, 0.9, 1.1)
-        assert torch.equal(estimator_weights(Estimator("geo_mask", C=1.1, C_low=0.9), lr), keep)
+        assert torch.equal(estimator_weights(Estimator("geo_mask", C=1.1, C_low=0.9), lr).expand_as(keep), keep)
 
 
 @pytest.mark.parametrize("mechanism,size", [("shift", 0.5), ("noise", 0.8), ("stale", 2.0),
@@ -270,15 +270,32 @@ def test_large_threshold_limits():
         assert torch.allclose(ma.mean, mb.mean, atol=1e-13) and abs(ma.var - mb.var) < 1e-9
 
 
-def test_tabular_variance_shortcut_equals_the_dense_computation():
-    pr = problem(TabularPolicy, V=3, T=4, mechanism="noise", size=0.8)
+@pytest.mark.parametrize("policy_cls", [TabularPolicy, NetworkPolicy])
+def test_tree_sums_equal_the_literal_per_sequence_definition(policy_cls):
+    """exact_moments (O(N) tree passes, the tabular orthogonality shortcut) against the literal
+    sum over sequences of p(y) g_hat(y) and p(y) ||g_hat(y)||^2 built from estimator_weights."""
+    pr = problem(policy_cls, V=3, T=4, mechanism="top_p", size=0.8,
+                 **({"hidden": 3} if policy_cls is NetworkPolicy else {}))
+    assert not bool((pr.p_mu > 0).all())                      # includes sequences mu cannot produce
     scores = score_table(pr.policy)
-    for est in standard_estimators(C=1.5):
+    for est in standard_estimators(C=1.5, baseline=0.2):
+        m = exact_moments(pr, est)
         coef = pr.coefficients(est)
         p, _ = pr.sampler(est)
-        dense = sum(float((p[k] * g.square().sum(-1)).sum()) for k, g in
-                    per_sequence_vectors(pr.space, scores, coef, chunk=20))
-        assert abs(pr.second_moment(coef, p) - dense) < 1e-10 * max(1.0, dense)
+        literal_mean = pr.expected_gradient(p[:, None] * coef)
+        literal_second = sum(float((p[k] * g.square().sum(-1)).sum()) for k, g in
+                             per_sequence_vectors(pr.space, scores, coef, chunk=20))
+        assert torch.allclose(m.mean, literal_mean, atol=1e-13), est.label
+        assert abs(m.second_moment - literal_second) < 1e-11 * max(1.0, literal_second), est.label
+
+
+def test_path_and_subtree_sums_are_adjoint():
+    space = SequenceSpace(3, 4)
+    g = torch.Generator().manual_seed(2)
+    tab = torch.randn(space.n_contexts, 3, 2, generator=g, dtype=D)
+    vals = torch.randn(space.N, 2, generator=g, dtype=D)
+    assert torch.allclose(space.path_sum(tab[..., 0]), space.per_token(tab[..., 0]).sum(1))
+    assert abs(float((space.path_sum(tab) * vals).sum() - (tab * space.subtree_sum(vals)).sum())) < 1e-10
 
 
 def test_monte_carlo_on_given_samples_is_the_exact_formula_with_empirical_weights():

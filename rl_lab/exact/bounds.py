@@ -9,24 +9,18 @@ from __future__ import annotations
 
 import torch
 
-from rl_lab.exact.estimators import Estimator, ExactProblem, per_sequence_vectors
-from rl_lab.exact.policies import TabularPolicy, score_sqnorm
+from rl_lab.exact.estimators import Estimator, ExactProblem
 
 
 def score_sups(problem: ExactProblem, baseline: float = 0.0):
     """(K, K_t (T,)): sup over all sequences of ||f(y)|| and of ||phi_t(y)||."""
     space = problem.space
     adv = (problem.reward - baseline).abs()                           # (N,)
-    sq = score_sqnorm(problem.policy) if isinstance(problem.policy, TabularPolicy) \
-        else problem.scores.square().sum(-1)
-    q = space.per_token(sq)                                           # (N, T) ||grad log pi||^2
+    q = space.per_token(problem.q_tab)                                # (N, T) ||grad log pi||^2
     K_t = (adv[:, None] * q.sqrt()).max(0).values                     # (T,)
-    if isinstance(problem.policy, TabularPolicy):                     # orthogonal blocks
-        return float((adv * q.sum(1).sqrt()).max()), K_t
-    coef = (problem.reward - baseline)[:, None].expand(-1, space.T)
-    K = max(float(g.norm(dim=1).max()) for _, g in
-            per_sequence_vectors(space, problem.scores, coef))
-    return K, K_t
+    if problem.tabular:                                               # orthogonal blocks
+        return float((adv * space.path_sum(problem.q_tab).sqrt()).max()), K_t
+    return float((adv * space.path_sum(problem.scores).norm(dim=-1)).max()), K_t
 
 
 def _token_excess(problem: ExactProblem, est: Estimator) -> torch.Tensor:

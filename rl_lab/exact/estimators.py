@@ -5,11 +5,14 @@ the sampler mu (from pi for on-policy REINFORCE):
 
     g_hat(y) = (R(y) - b) * sum_t w_t(y) * grad log pi(y_t | y_<t).
 
-`estimator_weights` is that rule, on a (B, T) batch of log-ratios log(pi/mu).  The exact
-object applies it to all N = V**T sequences at once and weights each by its probability;
-the Monte-Carlo sampler applies it to a sampled batch and back-propagates the surrogate
-mean_i sum_t stopgrad((R_i - b) w_it) log pi(y_it | .), as a trainer does.  Same function,
-so the two must agree as the batch grows.
+A token-level rule (`token_weights`) sees one token's ratio rho_t = pi/mu; a sequence-level
+rule (`sequence_weights`) sees the whole sequence's log-ratio and gives all its tokens the
+same weight.  `estimator_weights` applies them to a (B, T) batch of log-ratios; the
+Monte-Carlo sampler uses it on a sampled batch and back-propagates the surrogate
+mean_i sum_t stopgrad((R_i - b) w_it) log pi(y_it | .), as a trainer does.  The exact object
+applies the *same two functions* to every (context, token) node or every sequence, and sums
+over the tree of all N = V**T sequences with two O(N) passes (subtree and path sums), so the
+two must agree as the batch grows.
 
 Names, and their verl counterparts (rollout_is / rollout_rs; see Part 2 of the series):
   on_policy  REINFORCE on samples from pi             -
@@ -78,38 +81,52 @@ class Estimator:
         return base + (f", b={self.baseline:.3g}" if self.baseline else "")
 
 
-def estimator_weights(est: Estimator, log_rho: torch.Tensor) -> torch.Tensor:
-    """(B, T) log(pi/mu) of the sampled tokens -> (B, T) weights w_t (see the module table).
-    For on-policy samples log_rho is 0 and every weight is 1."""
-    lo, C = est.lower, est.C
-    zero = torch.zeros_like(log_rho)
-    if est.name in ("on_policy", "naive"):
-        return torch.ones_like(log_rho)
-    rho_t = log_rho.exp()                                            # (B, T) per-token ratios
-    log_seq = log_rho.sum(-1, keepdim=True).expand_as(log_rho)       # (B, T) log rho(y), every t
-    rho = log_seq.exp()
+TOKEN_LEVEL = ("token_is", "token_tis", "token_mis")
+
+
+def token_weights(est: Estimator, log_rho: torch.Tensor) -> torch.Tensor:
+    """Token-level rules, elementwise: log(pi/mu) of a token -> its weight, any shape."""
+    rho = log_rho.exp()
     if est.name == "token_is":
-        return rho_t
+        return rho
     if est.name == "token_tis":
-        return rho_t.clamp(max=C)
-    if est.name == "token_mis":
-        return torch.where((rho_t >= lo) & (rho_t <= C), rho_t, zero)
+        return rho.clamp(max=est.C)
+    return torch.where((rho >= est.lower) & (rho <= est.C), rho, torch.zeros_like(rho))  # token_mis
+
+
+def sequence_weights(est: Estimator, log_rho_seq: torch.Tensor, T: int) -> torch.Tensor:
+    """Sequence-level rules: (B,) log(pi(y)/mu(y)) of T-token sequences -> (B,) weight of
+    every token of the sequence."""
+    lo, C = est.lower, est.C
+    if est.name in ("on_policy", "naive"):
+        return torch.ones_like(log_rho_seq)
+    if est.name == "geo_mask":
+        geo = (log_rho_seq / T).exp()                                # rho(y)^(1/T)
+        return ((geo >= lo) & (geo <= C)).to(log_rho_seq.dtype)
+    rho = log_rho_seq.exp()
     if est.name == "seq_is":
         return rho
     if est.name == "seq_tis":
         return rho.clamp(max=C)
-    if est.name == "seq_mis":
-        return torch.where((rho >= lo) & (rho <= C), rho, zero)
-    geo = (log_seq / log_rho.shape[-1]).exp()                        # rho(y)^(1/T)
-    return ((geo >= lo) & (geo <= C)).to(log_rho.dtype)              # geo_mask
+    return torch.where((rho >= lo) & (rho <= C), rho, torch.zeros_like(rho))     # seq_mis
+
+
+def estimator_weights(est: Estimator, log_rho: torch.Tensor) -> torch.Tensor:
+    """(B, T) log(pi/mu) of the sampled tokens -> weights: (B, T) for a token-level rule,
+    (B, 1) for a sequence-level one.  For on-policy samples every weight is 1."""
+    if est.name in TOKEN_LEVEL:
+        return token_weights(est, log_rho)
+    return sequence_weights(est, log_rho.sum(-1), log_rho.shape[-1])[:, None]
 
 
 class ExactProblem:
     """pi (a differentiable policy), mu (fixed logits) and R (N,), enumerated.
 
-    Cached, detached: pi_logp, mu_logp (n_contexts, V); lp_pi, lp_mu (N, T) log-prob of
-    every token of every sequence; p_pi, p_mu (N,) sequence probabilities; J; grad (P,) =
-    grad J; div (Divergences).  Call refresh() after changing the policy's parameters."""
+    Cached, detached: pi_logp, mu_logp (n_contexts, V) next-token log-probs; log_rho_tab
+    (n_contexts, V) = log pi - log mu per (context, token); p_pi, p_mu (N,) sequence
+    probabilities and log_rho_seq (N,) = log pi(y)/mu(y); J; grad (P,) = grad J; div
+    (Divergences).  lp_pi, lp_mu (N, T) are built on first use.  Call refresh() after
+    changing the policy's parameters."""
 
     def __init__(self, space: SequenceSpace, policy, mu_logits: torch.Tensor, reward: torch.Tensor):
         if mu_logits.shape != (space.n_contexts, space.V):
@@ -120,69 +137,84 @@ class ExactProblem:
         self.space, self.policy = space, policy
         self.reward = reward.to(DTYPE)
         self.mu_logp = F.log_softmax(mu_logits.detach().to(DTYPE), -1)
-        self.lp_mu = space.per_token(self.mu_logp)
-        self.p_mu = space.prefix_probs(self.mu_logp)[1]
         self.refresh()
 
     def refresh(self) -> None:
+        space = self.space
         with torch.no_grad():
             self.pi_logp = log_probs(self.policy)
-            self.lp_pi = self.space.per_token(self.pi_logp)
-            self.p_pi = self.space.prefix_probs(self.pi_logp)[1]
+            self.div = divergences(space, self.pi_logp, self.mu_logp)
+            self.p_pi, self.p_mu = self.div.p_pi, self.div.p_mu
             self.J = float((self.p_pi * self.reward).sum())
-        self.grad = exact_gradient(self.space, self.policy, self.reward)
-        self.div = divergences(self.space, self.pi_logp, self.mu_logp)
-        self._q, self._scores = None, None
+            self.log_rho_tab = self.pi_logp - self.mu_logp            # +inf where mu cannot sample
+            self.log_rho_seq = space.path_sum(self.log_rho_tab)       # (N,)
+        self.grad = exact_gradient(space, self.policy, self.reward)
+        self._cache = {}
+
+    def _cached(self, key, fn):
+        if key not in self._cache:
+            self._cache[key] = fn()
+        return self._cache[key]
+
+    @property
+    def lp_pi(self) -> torch.Tensor:
+        """(N, T) log pi(y_t | y_<t) of every token of every sequence."""
+        return self._cached("lp_pi", lambda: self.space.per_token(self.pi_logp))
+
+    @property
+    def lp_mu(self) -> torch.Tensor:
+        return self._cached("lp_mu", lambda: self.space.per_token(self.mu_logp))
 
     @property
     def scores(self) -> torch.Tensor:
-        """(n_contexts, V, P) score table of the current policy (computed once per refresh)."""
-        if self._scores is None:
-            self._scores = score_table(self.policy)
-        return self._scores
+        """(n_contexts, V, P) score table of the current policy."""
+        return self._cached("scores", lambda: score_table(self.policy))
+
+    @property
+    def tabular(self) -> bool:
+        return isinstance(self.policy, TabularPolicy)
+
+    @property
+    def q_tab(self) -> torch.Tensor:
+        """(n_contexts, V) ||grad log pi(a | c)||^2."""
+        return self._cached("q", lambda: score_sqnorm(self.policy) if self.tabular
+                            else self.scores.square().sum(-1))
 
     def sampler(self, est: Estimator):
-        """(p (N,), lp (N, T)) of the distribution the estimator samples from."""
-        return (self.p_pi, self.lp_pi) if est.samples_from == "pi" else (self.p_mu, self.lp_mu)
+        """(p (N,), next-token log-probs (n_contexts, V)) of the distribution est samples from."""
+        return (self.p_pi, self.pi_logp) if est.samples_from == "pi" else (self.p_mu, self.mu_logp)
 
     def coefficients(self, est: Estimator) -> torch.Tensor:
-        """(N, T) coefficient (R(y) - b) w_t(y) of grad log pi(y_t | y_<t); 0 where the
-        sampler cannot produce y."""
-        p, lp = self.sampler(est)
-        w = estimator_weights(est, self.lp_pi - lp)
-        coef = (self.reward - est.baseline)[:, None] * w
+        """The literal definition: (N, T) or (N, 1) coefficient (R(y) - b) w_t(y) of
+        grad log pi(y_t | y_<t), from estimator_weights on the (N, T) log-ratio table;
+        0 where the sampler cannot produce y."""
+        p, _ = self.sampler(est)
+        log_rho = self.lp_pi - self.lp_mu if est.samples_from == "mu" else torch.zeros_like(self.lp_pi)
+        coef = (self.reward - est.baseline)[:, None] * estimator_weights(est, log_rho)
         return torch.where(p[:, None] > 0, coef, torch.zeros_like(coef))
 
     def expected_gradient(self, weights: torch.Tensor) -> torch.Tensor:
-        """(N, T) weights m[y, t] -> (P,) sum_{y,t} m[y, t] grad log pi(y_t | y_<t),
-        by one backward pass through the (n_contexts, V) log-prob table."""
-        W = self.space.per_context(weights)                          # (n_contexts, V)
-        return flat_grad((W * log_probs(self.policy)).sum(), self.policy)
+        """(N, T) weights m[y, t] -> (P,) sum_{y,t} m[y, t] grad log pi(y_t | y_<t)."""
+        return self.gradient_from_table(self.space.per_context(weights))
 
-    def second_moment(self, coef: torch.Tensor, p: torch.Tensor) -> float:
-        """E_p || sum_t coef_t grad log pi(y_t | y_<t) ||^2 for (N, T) coef and (N,) p."""
-        if isinstance(self.policy, TabularPolicy):
-            # the per-token scores of one sequence live in different context blocks: orthogonal
-            if self._q is None:
-                self._q = self.space.per_token(score_sqnorm(self.policy))     # (N, T)
-            return float((p[:, None] * coef.square() * self._q).sum())
-        total = 0.0
-        for idx, g in per_sequence_vectors(self.space, self.scores, coef):
-            total += float((p[idx] * g.square().sum(-1)).sum())
-        return total
+    def gradient_from_table(self, W: torch.Tensor) -> torch.Tensor:
+        """(n_contexts, V) node weights W -> (P,) sum_{c,a} W[c, a] grad log pi(a | c),
+        by one backward pass through the log-prob table."""
+        return flat_grad((W * log_probs(self.policy)).sum(), self.policy)
 
 
 def per_sequence_vectors(space: SequenceSpace, scores: torch.Tensor, coef: torch.Tensor,
                          chunk: int = 2 ** 15):
     """Yield (codes (n,), vectors (n, P)) with vectors[i] = sum_t coef[y, t] * scores[y_<t, y_t],
-    y = codes[i], in chunks of sequences.  scores: (n_contexts, V, P) from score_table."""
+    y = codes[i], in chunks of sequences.  The literal per-sequence estimates, for checks.
+    scores: (n_contexts, V, P); coef: (N, T), or (N, 1) for one coefficient per sequence."""
     flat = scores.reshape(-1, scores.shape[-1])                      # (n_contexts * V, P)
     for k0 in range(0, space.N, chunk):
         k = torch.arange(k0, min(space.N, k0 + chunk))
         g = torch.zeros(len(k), flat.shape[1], dtype=flat.dtype)
         for t in range(space.T):
             node = space.offsets[t] * space.V + k // space.V ** (space.T - t - 1)
-            g += coef[k, t, None] * flat[node]
+            g += coef[k, min(t, coef.shape[1] - 1), None] * flat[node]
         yield k, g
 
 
@@ -216,12 +248,38 @@ class Moments:
 
 
 def exact_moments(problem: ExactProblem, est: Estimator) -> Moments:
-    """Expectation, bias vector and variance of `est`, as exact sums over all sequences."""
-    p, _ = problem.sampler(est)
-    coef = problem.coefficients(est)                                 # (N, T)
-    mean = problem.expected_gradient(p[:, None] * coef)
-    return Moments(est, mean, mean - problem.grad, problem.second_moment(coef, p),
-                   float(problem.grad.norm()))
+    """Expectation, bias vector and variance of `est`, as exact sums over all sequences.
+
+    g_hat(y) = A(y) sum_t w_t grad log pi(y_t|y_<t), A = R - b.  A token-level w_t depends on
+    the node (y_<t, y_t) only, a sequence-level one on y only, so with p the sampler's
+    sequence probabilities:
+      token:    E g_hat = sum_nodes w(node) [sum_{y through node} p A] score(node)
+      sequence: E g_hat = sum_nodes [sum_{y through node} p A w(y)] score(node)
+    and E||g_hat||^2 is a sum over sequences of p A^2 ||path sum of (w x score)||^2."""
+    space = problem.space
+    p, sampler_logp = problem.sampler(est)
+    adv = problem.reward - est.baseline                               # (N,)
+    reachable = torch.isfinite(sampler_logp)                          # tokens the sampler can draw
+    if est.name in TOKEN_LEVEL:
+        w_tab = torch.where(reachable, token_weights(est, problem.log_rho_tab), torch.zeros(1, dtype=DTYPE))
+        W = w_tab * space.subtree_sum(p * adv)                        # (n_contexts, V)
+        if problem.tabular:                                           # orthogonal per-token scores
+            second = (w_tab.square() * problem.q_tab * space.subtree_sum(p * adv.square())).sum()
+        else:
+            H = space.path_sum(w_tab[..., None] * problem.scores)     # (N, P)
+            second = (p * adv.square() * H.square().sum(-1)).sum()
+    else:
+        log_rho = problem.log_rho_seq if est.samples_from == "mu" else torch.zeros_like(p)
+        c = adv * sequence_weights(est, log_rho, space.T)             # (N,)
+        c = torch.where(p > 0, c, torch.zeros_like(c))
+        W = space.subtree_sum(p * c)
+        if problem.tabular:
+            second = (p * c.square() * problem._cached("Q", lambda: space.path_sum(problem.q_tab))).sum()
+        else:
+            S = problem._cached("S", lambda: space.path_sum(problem.scores))  # (N, P)
+            second = (p * c.square() * S.square().sum(-1)).sum()
+    mean = problem.gradient_from_table(W)
+    return Moments(est, mean, mean - problem.grad, float(second), float(problem.grad.norm()))
 
 
 def monte_carlo(problem: ExactProblem, est: Estimator, batch_size: int,
@@ -230,12 +288,12 @@ def monte_carlo(problem: ExactProblem, est: Estimator, batch_size: int,
     from the estimator's sampler (or the given (B,) `codes`), computed as a trainer does:
     surrogate = mean_i sum_t stopgrad((R_i - b) w_it) log pi(y_it | .), then backward."""
     space = problem.space
-    sampler_logp = problem.pi_logp if est.samples_from == "pi" else problem.mu_logp
+    _, sampler_logp = problem.sampler(est)
     if codes is None:
         codes = space.sample(sampler_logp, batch_size, generator)   # (B,)
     lp = space.gather(log_probs(problem.policy), codes)              # (B, T), differentiable
     log_rho = lp.detach() - space.gather(sampler_logp, codes)        # (B, T)
-    w = estimator_weights(est, log_rho)
+    w = estimator_weights(est, log_rho)                              # (B, T) or (B, 1)
     adv = problem.reward[codes] - est.baseline                       # (B,)
     surrogate = (adv[:, None] * w * lp).sum() / len(codes)
     return flat_grad(surrogate, problem.policy)

@@ -85,6 +85,8 @@ class Divergences:
     chi2: torch.Tensor                 # chi^2(pi(.|c) || mu(.|c))
     d_pi: torch.Tensor
     d_mu: torch.Tensor
+    p_pi: torch.Tensor                 # (N,) sequence probabilities P^pi(y)
+    p_mu: torch.Tensor
     delta_max: float                   # max_c TV:  the bias measure of Parts 1-2
     chi2_max: float                    # max_c chi^2: the variance measure
     tv_seq: float
@@ -109,7 +111,7 @@ def divergences(space: SequenceSpace, pi_logp: torch.Tensor, mu_logp: torch.Tens
     per_ctx_tv = tv(pi_logp, mu_logp)
     return Divergences(
         tv=per_ctx_tv, kl_pi_mu=kl(pi_logp, mu_logp), kl_mu_pi=kl(mu_logp, pi_logp),
-        chi2=per_ctx_chi2, d_pi=d_pi, d_mu=d_mu,
+        chi2=per_ctx_chi2, d_pi=d_pi, d_mu=d_mu, p_pi=p_pi, p_mu=p_mu,
         delta_max=per_ctx_tv.max().item(), chi2_max=per_ctx_chi2.max().item(),
         tv_seq=tv(lp_pi, lp_mu).item(), kl_seq_pi_mu=kl(lp_pi, lp_mu).item(),
         kl_seq_mu_pi=kl(lp_mu, lp_pi).item(), chi2_seq=chi2(lp_pi, lp_mu).item())

@@ -20,6 +20,14 @@ DTYPE = torch.float64
 MAX_SEQUENCES = 2 ** 22  # ~4M: (N, T) float64 tables stay below a few hundred MB
 
 
+def _sum_middle(x: torch.Tensor) -> torch.Tensor:
+    """(n, k, *rest) -> (n, *rest) sum over k.  Without trailing dims a product with a vector of
+    ones: far faster than .sum(1) when k is as small as V."""
+    if x.dim() == 2:
+        return x @ torch.ones(x.shape[1], dtype=x.dtype, device=x.device)
+    return x.sum(1)
+
+
 class SequenceSpace:
     """All V**T sequences of T tokens, their prefixes, and the moves between the two layouts."""
 
@@ -51,26 +59,46 @@ class SequenceSpace:
 
     def per_token(self, table: torch.Tensor) -> torch.Tensor:
         """(n_contexts, V) value per (context, token) -> (N, T) value at (sequence y, position t),
-        i.e. out[y, t] = table[y_<t, y_t].  Differentiable."""
-        cols = []
+        i.e. out[y, t] = table[y_<t, y_t].  Stored column by column (strides (1, N)), so that
+        every position is one contiguous vector."""
+        out = torch.empty(self.T, self.N, dtype=table.dtype, device=table.device)
         for t in range(self.T):
             nodes = self.level(table, t).reshape(-1)                   # (V**(t+1),) by code of y_<=t
-            cols.append(nodes[:, None].expand(-1, self.V ** (self.T - t - 1)).reshape(-1))
-        return torch.stack(cols, dim=1)                                # (N, T)
+            out[t].view(nodes.shape[0], -1).copy_(nodes[:, None].expand(-1, self.V ** (self.T - t - 1)))
+        return out.t()                                                 # (N, T)
 
     def per_context(self, values: torch.Tensor) -> torch.Tensor:
         """(N, T) values -> (n_contexts, V): out[c, a] = sum of values[y, t] over the sequences y
-        whose prefix y_<t is c and whose token y_t is a.  The adjoint of per_token."""
-        rows = [values[:, t].reshape(self.V ** (t + 1), -1).sum(1).reshape(self.V ** t, self.V)
+        whose prefix y_<t is c and whose token y_t is a (the adjoint of per_token).
+        A (N, 1) column counts as the same value at every position."""
+        values = values.expand(-1, self.T)
+        rows = [_sum_middle(values[:, t].reshape(self.V ** (t + 1), -1)).reshape(self.V ** t, self.V)
                 for t in range(self.T)]
         return torch.cat(rows)                                         # (n_contexts, V)
+
+    def path_sum(self, table: torch.Tensor) -> torch.Tensor:
+        """(n_contexts, V, *rest) -> (N, *rest): sum_t table[y_<t, y_t] along every sequence,
+        level by level in O(N) (per_token(table).sum(1) without the (N, T) table)."""
+        acc = torch.zeros((1, *table.shape[2:]), dtype=table.dtype, device=table.device)
+        for t in range(self.T):
+            acc = (acc[:, None] + self.level(table, t)).reshape(self.V ** (t + 1), *table.shape[2:])
+        return acc
+
+    def subtree_sum(self, values: torch.Tensor) -> torch.Tensor:
+        """(N, *rest) -> (n_contexts, V, *rest): for every (context, token) node, the sum of
+        values over the sequences that pass through it.  The adjoint of path_sum, O(N)."""
+        nodes, rows, rest = values, [], values.shape[1:]
+        for t in reversed(range(self.T)):                              # sums over y extending y_<=t
+            nodes = _sum_middle(nodes.reshape(self.V ** (t + 1), -1, *rest))
+            rows.append(nodes.reshape(self.V ** t, self.V, *rest))
+        return torch.cat(rows[::-1])
 
     def prefix_probs(self, logp: torch.Tensor):
         """(n_contexts, V) next-token log-probs -> ((n_contexts,) probability of reaching every
         context, the visitation d_t(c) for c of depth t; (N,) probability of every sequence)."""
-        reach = [torch.ones(1, dtype=logp.dtype, device=logp.device)]
+        probs, reach = logp.exp(), [torch.ones(1, dtype=logp.dtype, device=logp.device)]
         for t in range(self.T):
-            reach.append((reach[-1][:, None] * self.level(logp, t).exp()).reshape(-1))
+            reach.append((reach[-1][:, None] * self.level(probs, t)).reshape(-1))
         return torch.cat(reach[:-1]), reach[-1]
 
     def tokens(self) -> torch.Tensor:
