@@ -381,3 +381,52 @@ def test_bias_against_the_gradient_gives_no_safe_step():
     m.bias = m.mean - pr.grad
     assert best_step(m, L=1.0) == (0.0, 0.0)
     assert all(sga_terms(m, 1.0, eta)["bound"] < 0 for eta in (1e-4, 1e-2, 1.0))
+
+
+# ---------------------------------------------------------------- analysis helpers ------
+
+def test_sga_efficiency_ignores_scale_and_matches_best_step():
+    from rl_lab.exact import Moments, sga_efficiency
+    pr = problem(TabularPolicy, V=2, T=5, mechanism="noise", size=0.7)
+    m = exact_moments(pr, Estimator("token_tis", C=1.5))
+    L = 2.0
+    _, bound = best_step(m, L, batch_size=8)
+    assert abs(sga_efficiency(m, 8) - 2 * L * bound / m.grad_norm ** 2) < 1e-12
+    scaled = Moments(m.estimator, 0.1 * m.mean, 0.1 * m.mean - pr.grad, 0.01 * m.second_moment, m.grad_norm)
+    assert abs(sga_efficiency(scaled, 8) - sga_efficiency(m, 8)) < 1e-12
+    assert scaled.mse(8) != m.mse(8)                               # the MSE does depend on scale
+    assert abs(sga_efficiency(exact_moments(pr, Estimator("on_policy")), 1)
+               - m.grad_norm ** 2 / (m.grad_norm ** 2 + exact_moments(pr, Estimator("on_policy")).var)) < 1e-12
+
+
+def test_analysis_helpers():
+    from rl_lab.exact import (bound_optimal_threshold, estimator_table, expected_ascent, feedback_policy,
+                              loglog_slope, mc_errors, threshold_sweep)
+    assert abs(loglog_slope([1, 2, 4, 8], [3, 12, 48, 192]) - 2) < 1e-12
+    assert abs(bound_optimal_threshold(1.0) - 2.0) < 1e-12
+    pr = problem(TabularPolicy, V=2, T=5, mechanism="noise", size=0.8)
+    table = estimator_table(pr, standard_estimators(C=1.5), batch_size=16)
+    assert list(table.index)[0] == "on-policy" and (table["bias"] <= table["bias bound"] + 1e-12).all()
+    sweep = threshold_sweep(pr, "seq_tis", [0.5, 1, 2, 4, 1e9], batch_size=16)
+    assert (sweep["second_moment"].diff().dropna() >= -1e-12).all()      # E||g||^2 grows with C
+    assert sweep["bias2"].iloc[-1] < 1e-25                                  # C -> inf: sequence IS
+    space = SequenceSpace(2, 5)
+    R = make_reward(space, "mean")
+    policy = feedback_policy(space, 0.0, 1.0)
+    theta = flat_params(policy)
+    on = expected_ascent(space, policy, R, "shift", -1.0, Estimator("on_policy"), 0.5, 6)
+    assert torch.equal(flat_params(policy), theta) and len(on) == 7
+    assert all(b > a for a, b in zip(on, on[1:]))                          # small exact steps climb
+    errs = mc_errors(pr, Estimator("seq_tis", C=1.5), [64, 1024], repeats=10)
+    assert ((errs["mse_to_mean"] / errs["var/B"]).between(0.2, 5)).all()
+
+
+def test_feedback_policy_is_the_same_rule_at_every_horizon():
+    from rl_lab.exact import feedback_policy
+    for T in (3, 6):
+        space = SequenceSpace(2, T)
+        logits = feedback_policy(space, bias=0.3, feedback=2.0)().detach()
+        skew = logits[:, 1] - logits[:, 0]
+        assert abs(float(skew[0]) - (0.3 - 1.0)) < 1e-12                    # empty prefix: frequency 0
+        ctx = space.offsets[2] + 3                                           # prefix (1, 1)
+        assert abs(float(skew[ctx]) - (0.3 + 2.0 * 0.5)) < 1e-12

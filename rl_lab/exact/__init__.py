@@ -1,6 +1,6 @@
 """rl_lab.exact: exact ground truth for off-policy policy gradients on enumerable sequence spaces."""
 from rl_lab.exact.space import SequenceSpace
-from rl_lab.exact.policies import (NetworkPolicy, TabularPolicy, flat_grad, flat_params, log_probs,
+from rl_lab.exact.policies import (NetworkPolicy, TabularPolicy, feedback_policy, flat_grad, flat_params, log_probs,
                                    logits_at, score_sqnorm, score_table, set_flat_params)
 from rl_lab.exact.quantities import (REWARDS, Divergences, chi2, divergences, exact_gradient, kl,
                                      make_reward, objective, sequence_probs, tv)
@@ -9,5 +9,7 @@ from rl_lab.exact.estimators import (ESTIMATORS, LABELS, Estimator, ExactProblem
                                      estimator_weights, exact_moments, monte_carlo,
                                      standard_estimators)
 from rl_lab.exact.sga import (best_step, expected_progress, objective_at, per_sequence_estimates,
-                              sga_terms, smoothness)
+                              sga_efficiency, sga_terms, smoothness)
 from rl_lab.exact.bounds import estimator_bounds, score_sups, simulation_lemma
+from rl_lab.exact.analysis import (bound_optimal_threshold, estimator_table, expected_ascent,
+                                   loglog_slope, mc_errors, threshold_sweep)

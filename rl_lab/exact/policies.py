@@ -81,6 +81,20 @@ class NetworkPolicy(nn.Module):
         return h
 
 
+def feedback_policy(space: SequenceSpace, bias: float = 0.0, feedback: float = 1.0) -> NetworkPolicy:
+    """The series' "Toy A": a linear NetworkPolicy (all 2V+2 x V weights trainable) started at
+    logit(1) - logit(0) = bias + feedback * (fraction of 1s in the prefix - 1/2) and every other
+    logit 0.  The same conditional rule at every T, so scaling in T compares like with like;
+    feedback != 0 makes the next token depend on what came before."""
+    policy = NetworkPolicy(space, hidden=0)
+    with torch.no_grad():
+        w = policy.weights[0]                                          # (2V+2, V)
+        w.zero_()
+        w[0, 1] = bias - feedback / 2                                  # constant feature
+        w[1 + 1, 1] = feedback                                         # frequency of token 1
+    return policy
+
+
 def log_probs(policy: nn.Module) -> torch.Tensor:
     """(n_contexts, V) next-token log-probs log pi(a | c) (differentiable)."""
     return F.log_softmax(policy(), dim=-1)

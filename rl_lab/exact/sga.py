@@ -41,6 +41,16 @@ def best_step(m: Moments, L: float, batch_size: int = 1):
     return inner / (L * second), inner ** 2 / (2 * L * second)
 
 
+def sga_efficiency(m: Moments, batch_size: int = 1) -> float:
+    """<grad J, E g_hat>_+^2 / (||grad J||^2 E||g_hat_B||^2), in [0, 1]: the best progress the
+    lemma guarantees, as a fraction of what the exact gradient would (best_step's bound* times
+    2L / ||grad J||^2).  Unlike the MSE it ignores the scale of g_hat, which the step size
+    absorbs: an estimator shrunk towards 0 gains nothing here."""
+    inner = float((m.mean - m.bias) @ m.mean)
+    second = m.var / batch_size + float(m.mean @ m.mean)
+    return max(inner, 0.0) ** 2 / (m.grad_norm ** 2 * second) if second > 0 else 0.0
+
+
 def objective_at(problem: ExactProblem, thetas: torch.Tensor, chunk: int = 256) -> torch.Tensor:
     """(K, P) parameter vectors -> (K,) exact J at each, without touching the policy."""
     space, policy, reward = problem.space, problem.policy, problem.reward
