@@ -10,19 +10,21 @@ export RL_LAB_PRESET ?= smoke
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup vendor book test test-fast labs-ipynb checkpoints clean help
+.PHONY: setup vendor book test test-fast labs-ipynb checkpoints bench clean help
 
 help:
 	@echo "make setup   create .venv and install everything (CPU torch, book, tests, offline assets)"
 	@echo "make book    build the book offline, executing every lab (RL_LAB_PRESET=$(RL_LAB_PRESET))"
 	@echo "make test    unit tests + every lab under pytest --nbval"
 	@echo "make checkpoints   regenerate the shipped warm-start checkpoints and check their hashes"
+	@echo "make bench   the four benchmarks (installs TRL, the peer library, first); see BENCHMARKS.md"
 
 setup:
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q -U pip
 	$(PIP) install -q "torch==2.13.0" $(TORCH_PIP_ARGS)
 	$(PIP) install -q -e ".[dev]"
+	bash tools/install_vllm.sh $(VENV)
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	bash tools/vendor_assets.sh
 	@echo "setup done: activate with  . $(VENV)/bin/activate"
@@ -47,6 +49,13 @@ test-fast:
 
 checkpoints:
 	$(PY) -m rl_lab.warmstart --all --check
+
+# Ratios measured side by side in one run each; results and machine in BENCHMARKS.md.
+bench:
+	$(PIP) install -q -e ".[bench]"
+	$(PY) bench/bench_rl_step.py
+	$(PY) bench/bench_rollout.py
+	bash bench/bench_book.sh
 
 clean:
 	rm -rf _build runs

@@ -32,6 +32,12 @@ from rl_lab import RLConfig, Trainer, build_model, get_task
 from rl_lab.models import quiet_hf_progress
 
 N_PROMPTS, N_GEN, MAX_NEW, LR = 8, 8, 16, 1e-4
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def sync():
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
 
 
 def task_and_reward():
@@ -50,6 +56,7 @@ def rl_lab_steps(size: str, steps: int, seed: int) -> list[float]:
     for _ in range(steps):
         t = time.perf_counter()
         trainer.step()
+        sync()
         times.append(time.perf_counter() - t)
     return times
 
@@ -59,6 +66,7 @@ def plain_steps(size: str, steps: int, seed: int) -> list[float]:
     """The least a GRPO step can do: HF generate, one forward/backward, AdamW."""
     torch.manual_seed(seed)
     model, tok = build_model(size, seed=seed)
+    model = model.to(DEVICE)
     task, reward = task_and_reward()
     rng = np.random.default_rng(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
@@ -69,7 +77,7 @@ def plain_steps(size: str, steps: int, seed: int) -> list[float]:
             g["lr"] = LR * (1 - step / steps)
         examples = [task.sample(rng) for _ in range(N_PROMPTS)]
         rows = [e for e in examples for _ in range(N_GEN)]
-        enc = tok([e["prompt"] for e in rows], return_tensors="pt", padding=True)
+        enc = tok([e["prompt"] for e in rows], return_tensors="pt", padding=True).to(DEVICE)
         model.eval()
         with torch.no_grad():
             out = model.generate(**enc, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
@@ -79,10 +87,12 @@ def plain_steps(size: str, steps: int, seed: int) -> list[float]:
         P = enc["input_ids"].shape[1]
         comp = out[:, P:]                                                   # (B, T)
         is_eos = comp == tok.eos_token_id
-        first = torch.where(is_eos.any(1), is_eos.float().argmax(1), torch.full((len(comp),), comp.shape[1]))
-        mask = (torch.arange(comp.shape[1])[None] <= first[:, None]).float()  # up to and incl. <eos>
+        first = torch.where(is_eos.any(1), is_eos.float().argmax(1),
+                            torch.full((len(comp),), comp.shape[1], device=DEVICE))
+        mask = (torch.arange(comp.shape[1], device=DEVICE)[None] <= first[:, None]).float()  # incl. <eos>
         texts = tok.batch_decode(comp, skip_special_tokens=True)
-        r = torch.tensor(reward(completions=texts, answer=[e["answer"] for e in rows]), dtype=torch.float32)
+        r = torch.tensor(reward(completions=texts, answer=[e["answer"] for e in rows]), dtype=torch.float32,
+                         device=DEVICE)
         rg = r.view(N_PROMPTS, N_GEN)
         adv = ((rg - rg.mean(1, keepdim=True)) / (rg.std(1, keepdim=True) + 1e-4)).view(-1)
         attn = torch.cat([enc["attention_mask"], torch.ones_like(comp)], 1)
@@ -93,6 +103,7 @@ def plain_steps(size: str, steps: int, seed: int) -> list[float]:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        sync()
         times.append(time.perf_counter() - t)
     return times
 
@@ -123,6 +134,7 @@ def trl_steps(size: str, steps: int, seed: int, workdir: str) -> list[float]:
             self.last = time.perf_counter() if self.last is None else self.last
 
         def on_step_end(self, args, state, control, **kw):
+            sync()
             now = time.perf_counter()
             self.times.append(now - self.last)
             self.last = now
@@ -130,7 +142,7 @@ def trl_steps(size: str, steps: int, seed: int, workdir: str) -> list[float]:
     fields = GRPOConfig.__dataclass_fields__
     ckpt = ({"activation_checkpointing": False} if "activation_checkpointing" in fields
             else {"gradient_checkpointing": False})
-    args = GRPOConfig(output_dir=os.path.join(workdir, "trl-out"), use_cpu=True, bf16=False, fp16=False,
+    args = GRPOConfig(output_dir=os.path.join(workdir, "trl-out"), use_cpu=DEVICE == "cpu", bf16=False, fp16=False,
                       per_device_train_batch_size=N_PROMPTS * N_GEN, gradient_accumulation_steps=1,
                       num_generations=N_GEN, max_completion_length=MAX_NEW, learning_rate=LR,
                       lr_scheduler_type="linear", max_steps=steps, logging_strategy="no", save_strategy="no",
@@ -157,7 +169,8 @@ def main():
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--no-trl", action="store_true", help="skip TRL (if it is not installed)")
     a = ap.parse_args()
-    torch.set_num_threads(2)
+    if DEVICE == "cpu":
+        torch.set_num_threads(2)
     impls = {"rl_lab": rl_lab_steps, "plain": plain_steps}
     if not a.no_trl:
         try:
@@ -165,7 +178,7 @@ def main():
         except ImportError:
             raise SystemExit("TRL is not installed: pip install -e '.[bench]' (or pass --no-trl)")
         impls["TRL"] = None
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; batch {N_PROMPTS}x{N_GEN}, "
+    print(f"device {DEVICE}, torch {torch.__version__}, {torch.get_num_threads()} threads; batch {N_PROMPTS}x{N_GEN}, "
           f"max {MAX_NEW} new tokens; {a.rounds} rounds x {a.steps} steps, median of steps 5..")
     with tempfile.TemporaryDirectory() as work:
         for size in a.sizes:

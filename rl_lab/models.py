@@ -21,6 +21,10 @@ MODEL_SIZES: dict[str, dict] = {
                num_key_value_heads=2, intermediate_size=768),
     "30M": dict(hidden_size=512, num_hidden_layers=8, num_attention_heads=8,
                 num_key_value_heads=4, intermediate_size=2048),
+    # Qwen2.5-0.5B's shape with its real 151,936-row (tied) embedding: ~494M parameters, for
+    # GPU benchmarks (bench/gpu_bench.sh). Only the first 64 rows are ever used by our tokenizer.
+    "0.5B": dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
+                 num_key_value_heads=2, intermediate_size=4864, vocab_size=151936),
 }
 
 
@@ -29,11 +33,13 @@ def model_config(size: str, vocab_size: int, max_position_embeddings: int = 128)
         raise ValueError(f"model size {size!r} is unknown; choose one of {list(MODEL_SIZES)} "
                          "or pass a path to a saved model")
     tok = build_tokenizer()
+    shape = dict(MODEL_SIZES[size])
+    vocab_size = max(vocab_size, shape.pop("vocab_size", 0))
     return Qwen2Config(
         vocab_size=vocab_size, max_position_embeddings=max_position_embeddings,
         tie_word_embeddings=True, rope_theta=10000.0, attention_dropout=0.0,
         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-        **MODEL_SIZES[size],
+        **shape,
     )
 
 

@@ -53,3 +53,14 @@ def test_warm_start_checkpoints_are_shipped():
         assert 0.05 < info["success_sampled"] < 0.9, "a warm start must sometimes, not always, succeed"
     with pytest.raises(FileNotFoundError, match="warmstart"):
         load_warm_start("addition", "30M")
+
+
+def test_half_billion_preset_has_the_qwen25_shape():
+    """The GPU benchmark size: Qwen2.5-0.5B's shape with its real vocabulary (built on `meta`)."""
+    from transformers import Qwen2ForCausalLM
+    from rl_lab.models import model_config
+    cfg = model_config("0.5B", vocab_size=64)
+    assert cfg.vocab_size == 151936 and cfg.num_hidden_layers == 24 and cfg.hidden_size == 896
+    with torch.device("meta"):
+        n = sum(p.numel() for p in Qwen2ForCausalLM(cfg).parameters())
+    assert 0.45e9 < n < 0.55e9
