@@ -17,6 +17,14 @@ from rl_lab.exact.estimators import per_sequence_vectors
 D = torch.float64
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Every tensor here is tiny: two threads cost more in start-up than they save."""
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(2)
+
+
 def problem(policy_cls=TabularPolicy, V=2, T=6, mechanism="shift", size=0.4, reward="majority",
             seed=0, **kw):
     space = SequenceSpace(V, T)

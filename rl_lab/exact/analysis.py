@@ -49,11 +49,12 @@ def threshold_sweep(problem: ExactProblem, name: str, thresholds, batch_size: in
 
 
 def expected_ascent(space, policy, reward, mechanism: str, size: float, est: Estimator,
-                    eta: float, steps: int) -> list[float]:
+                    eta: float, steps: int, restore: bool = True) -> list[float]:
     """Gradient ascent with the estimator's *exact expectation* as the update, the sampler
     re-derived from the current policy by `mechanism` at every step (noise-free, so only the
-    bias acts).  Returns J before each step and after the last.  Restores the parameters."""
-    theta0, Js = flat_params(policy), []
+    bias acts).  Returns J before each step and after the last.  restore=False leaves the
+    policy at its final parameters."""
+    theta0, Js, done = flat_params(policy), [], False
     try:
         for _ in range(steps):
             problem = ExactProblem(space, policy, behaviour_logits(space, policy, mechanism, size,
@@ -61,8 +62,10 @@ def expected_ascent(space, policy, reward, mechanism: str, size: float, est: Est
             Js.append(problem.J)
             set_flat_params(policy, flat_params(policy) + eta * exact_moments(problem, est).mean)
         Js.append(ExactProblem(space, policy, problem.mu_logp, reward).J)
+        done = True
     finally:
-        set_flat_params(policy, theta0)
+        if restore or not done:
+            set_flat_params(policy, theta0)
     return Js
 
 

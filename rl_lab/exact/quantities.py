@@ -70,7 +70,7 @@ def kl(lp: torch.Tensor, lq: torch.Tensor) -> torch.Tensor:
 def chi2(lp: torch.Tensor, lq: torch.Tensor) -> torch.Tensor:
     """chi^2(p || q) = sum p^2/q - 1 = E_q[(p/q)^2] - 1; +inf where q = 0 < p."""
     p = lp.exp()
-    return torch.where(p > 0, p * (lp - lq).exp(), torch.zeros_like(p)).sum(-1) - 1
+    return (torch.where(p > 0, p * (lp - lq).exp(), torch.zeros_like(p)).sum(-1) - 1).clamp(min=0)
 
 
 @dataclass

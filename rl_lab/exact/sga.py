@@ -53,23 +53,28 @@ def sga_efficiency(m: Moments, batch_size: int = 1) -> float:
 
 def objective_at(problem: ExactProblem, thetas: torch.Tensor, chunk: int = 256) -> torch.Tensor:
     """(K, P) parameter vectors -> (K,) exact J at each, without touching the policy."""
-    space, policy, reward = problem.space, problem.policy, problem.reward
-
-    def J(theta):
-        logp = torch.log_softmax(logits_at(policy, theta), -1)
-        return (space.prefix_probs(logp)[1] * reward).sum()
-
-    return torch.cat([torch.func.vmap(J)(thetas[i:i + chunk]) for i in range(0, len(thetas), chunk)])
+    J = torch.func.vmap(lambda th: _objective(problem, th))
+    return torch.cat([J(thetas[i:i + chunk]) for i in range(0, len(thetas), chunk)])
 
 
-def smoothness(problem: ExactProblem) -> float:
-    """Spectral norm of the Hessian of J at the current parameters: the local smoothness
-    constant L (the lemma needs a bound along the whole step; for small steps this is it)."""
+def smoothness(problem: ExactProblem, thetas: torch.Tensor | None = None, chunk: int = 256) -> float:
+    """Largest |eigenvalue| of the Hessian of J at the current parameters, or, given (K, P)
+    parameter vectors `thetas`, the largest over those points and the current one.
+
+    The lemma needs L to bound the curvature along the *whole* step; the value at theta alone
+    (the local L) is enough for small steps only."""
     theta = flat_params(problem.policy)
     if theta.numel() > 4000:
         raise ConfigError(f"smoothness: {theta.numel()} parameters is too many for a dense Hessian (max 4000)")
-    H = torch.func.hessian(lambda th: objective_at(problem, th[None])[0])(theta)
-    return float(torch.linalg.eigvalsh(H).abs().max())
+    points = theta[None] if thetas is None else torch.cat([theta[None], thetas])
+    hess = torch.func.vmap(torch.func.hessian(lambda th: _objective(problem, th)))
+    return max(float(torch.linalg.eigvalsh(hess(points[i:i + chunk])).abs().max())
+               for i in range(0, len(points), chunk))
+
+
+def _objective(problem: ExactProblem, theta: torch.Tensor) -> torch.Tensor:
+    logp = torch.log_softmax(logits_at(problem.policy, theta), -1)
+    return (problem.space.prefix_probs(logp)[1] * problem.reward).sum()
 
 
 def per_sequence_estimates(problem: ExactProblem, est: Estimator) -> torch.Tensor:
