@@ -2,8 +2,9 @@
 
 Field names follow TRL's `GRPOConfig` (num_generations, max_completion_length, temperature,
 top_p, top_k, epsilon, epsilon_high, num_iterations, beta, scale_rewards,
-mask_truncated_completions) and verl's actor / `rollout_correction` configs
-(loss_agg_mode, rollout_is, rollout_is_threshold) where the concept is the same.
+mask_truncated_completions) and verl's actor / `algorithm.rollout_correction` configs
+(loss_agg_mode, clip_ratio_c, rollout_is, rollout_is_threshold, rollout_is_batch_normalize,
+rollout_rs, rollout_rs_threshold, bypass_mode, gamma) where the concept is the same.
 """
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ POLICY_LOSSES = ("reinforce", "ppo_clip")
 LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum",
                   "seq-mean-token-sum-norm")
 SCALE_REWARDS = ("group", "batch", "none")
-ADV_ESTIMATORS = ("grpo", "rloo")
+ADV_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline",
+                  "optimal_token_baseline")
 ROLLOUT_IS = (None, "token", "sequence")
+SAMPLER_QUANTIZATION = (None, "int8")
 SCHEDULERS = ("constant", "linear", "cosine")
 
 
@@ -50,6 +53,13 @@ def _check_range(obj, name: str, lo=None, hi=None, lo_open=False, hi_open=False)
 
 class _Validated:
     def __post_init__(self):
+        for f in dataclasses.fields(self):  # YAML reads "3e-4" as a string: accept it for a float
+            value = getattr(self, f.name)
+            if f.type in ("float", "float | None") and isinstance(value, str):
+                try:
+                    setattr(self, f.name, float(value))
+                except ValueError:
+                    pass
         self.validate()
 
     def replace(self, **changes):
@@ -85,6 +95,8 @@ class SamplingConfig(_Validated):
     """Keep only the k most likely tokens; 0 turns it off."""
     dtype: str = "float32"
     """Precision of the sampler's copy of the weights: float32, bfloat16 or float16."""
+    min_p: float = 0.0
+    """Keep only tokens with p >= min_p * p_max (vLLM's min_p); 0 turns it off."""
 
     def validate(self):
         _check_range(self, "max_completion_length", lo=1)
@@ -92,6 +104,7 @@ class SamplingConfig(_Validated):
         _check_range(self, "top_p", lo=0, hi=1, lo_open=True)
         _check_range(self, "top_k", lo=0)
         _check_choice(self, "dtype", DTYPES)
+        _check_range(self, "min_p", lo=0, hi=1, hi_open=True)
 
 
 @dataclass
@@ -117,8 +130,21 @@ class RLConfig(_Validated):
     top_k: int = 0
     sampler_dtype: str = "float32"
     """Precision of the rollout engine (bfloat16 makes a real training-inference mismatch)."""
+    # --- mismatch injectors (rl_lab.injectors): ways the sampler mu drifts from pi ----------
+    sampler_quantization: str | None = None
+    """"int8": the sampler's linear layers are fake-quantised per output channel (W8A16)."""
+    sampler_staleness: int = 0
+    """The sampler's weights are this many optimizer steps behind the trainer's (async RL)."""
+    sampler_logit_noise: float = 0.0
+    """Std of Gaussian noise added to the sampler's logits (a stand-in for kernel noise)."""
+    min_p: float = 0.0
+    """Sampler-only truncation: keep tokens with p >= min_p * p_max (the trainer does not)."""
     # --- advantages and loss ------------------------------------------------------------
     advantage_estimator: str = "grpo"
+    """verl's names: grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline,
+    optimal_token_baseline (OTB)."""
+    gamma: float = 1.0
+    """Discount of the reward-to-go in reinforce_plus_plus."""
     scale_rewards: str = "group"
     """Divide advantages by the group std ("group", GRPO), the batch std, or not ("none", Dr. GRPO)."""
     policy_loss: str = "ppo_clip"
@@ -129,17 +155,35 @@ class RLConfig(_Validated):
     epsilon: float = 0.2
     epsilon_high: float | None = None
     """Upper clip (DAPO's clip-higher); None uses epsilon."""
+    clip_ratio_c: float | None = None
+    """Dual-clip PPO: for A < 0 the loss is capped at -A * clip_ratio_c (verl's default 3.0);
+    None turns it off (TRL)."""
     num_iterations: int = 1
     """Optimizer steps on each batch (PPO epochs, TRL's mu)."""
     beta: float = 0.0
     """KL(pi || pi_ref) coefficient (k3 estimator); 0 loads no reference model."""
     mask_truncated_completions: bool = False
     """Drop completions that hit max_completion_length without <eos> from the loss."""
-    # --- off-policy correction hook (rl_lab.corrections) -------------------------------
+    # --- off-policy correction hook (rl_lab.corrections; verl's rollout_correction) -------
     rollout_is: str | None = None
     """Importance weights pi/mu between trainer and sampler: None, "token" or "sequence"."""
-    rollout_is_threshold: float = 2.0
-    """Truncation C of the importance weights (TIS)."""
+    rollout_is_threshold: float | str = 2.0
+    """Truncation C of the importance weights (TIS), or "lo_hi" (IcePop: zero outside [lo, hi])."""
+    rollout_is_batch_normalize: bool = False
+    """Divide the weights by their batch mean (self-normalised IS)."""
+    rollout_rs: str | None = None
+    """Rejection (masking), comma-separated options from rl_lab.corrections.RS_OPTIONS, e.g.
+    "seq_mean_k1" (Geo-Mask), "seq_sum_k1" (Seq-MIS), "seq_mean_k3,seq_max_k2" (TRM)."""
+    rollout_rs_threshold: float | str | None = None
+    """One threshold per rollout_rs option (comma-separated): "lo_hi" for k1, U for k2/k3/kl."""
+    rollout_token_veto_threshold: float | None = None
+    """Drop a sequence if any token has pi/mu below this (verl's veto before PR #4544)."""
+    bypass_mode: bool = False
+    """False: decoupled PPO with three policies (mu, pi_old, pi_theta); True: pi_old := mu, and
+    weights and masks are recomputed from pi_theta/mu at every iteration (verl's bypass_mode)."""
+    dvp_min_p: float = 0.0
+    """Dynamic Vocabulary Pruning: sampler and trainer both keep only tokens with
+    p >= dvp_min_p * p_max in their own distribution (0 turns it off)."""
     # --- optimisation -------------------------------------------------------------------
     learning_rate: float = 5e-5
     """Tuned for the shipped 0.3M warm starts: 1e-4 already degrades them, 1e-3 collapses them."""
@@ -173,16 +217,23 @@ class RLConfig(_Validated):
         _check_range(self, "top_p", lo=0, hi=1, lo_open=True)
         _check_range(self, "top_k", lo=0)
         _check_choice(self, "sampler_dtype", DTYPES)
+        _check_choice(self, "sampler_quantization", SAMPLER_QUANTIZATION)
+        _check_range(self, "sampler_staleness", lo=0)
+        _check_range(self, "sampler_logit_noise", lo=0)
+        _check_range(self, "min_p", lo=0, hi=1, hi_open=True)
+        _check_range(self, "dvp_min_p", lo=0, hi=1, hi_open=True)
         _check_choice(self, "advantage_estimator", ADV_ESTIMATORS)
+        _check_range(self, "gamma", lo=0, hi=1)
         _check_choice(self, "scale_rewards", SCALE_REWARDS)
         _check_choice(self, "policy_loss", POLICY_LOSSES)
         _check_choice(self, "loss_agg_mode", LOSS_AGG_MODES)
         _check_range(self, "epsilon", lo=0, hi=1, lo_open=True, hi_open=True)
         if self.epsilon_high is not None:
             _check_range(self, "epsilon_high", lo=0, lo_open=True)
+        if self.clip_ratio_c is not None:
+            _check_range(self, "clip_ratio_c", lo=1, lo_open=True)
         _check_range(self, "beta", lo=0)
-        _check_choice(self, "rollout_is", ROLLOUT_IS)
-        _check_range(self, "rollout_is_threshold", lo=0, lo_open=True)
+        self._validate_correction()
         _check_range(self, "learning_rate", lo=0, lo_open=True)
         _check_range(self, "adam_beta1", lo=0, hi=1, hi_open=True)
         _check_range(self, "adam_beta2", lo=0, hi=1, hi_open=True)
@@ -196,9 +247,22 @@ class RLConfig(_Validated):
         if self.save_steps and not self.output_dir:
             raise ConfigError("RLConfig.save_steps > 0 needs output_dir (where to write checkpoints)")
 
+    def _validate_correction(self):
+        from rl_lab.corrections import parse_is_threshold, parse_rs  # corrections imports config
+        _check_choice(self, "rollout_is", ROLLOUT_IS)
+        parse_is_threshold(self.rollout_is_threshold)
+        if self.rollout_rs is not None:
+            parse_rs(self.rollout_rs, self.rollout_rs_threshold)
+        if self.rollout_token_veto_threshold is not None:
+            _check_range(self, "rollout_token_veto_threshold", lo=0, hi=1, lo_open=True, hi_open=True)
+        for name in ("rollout_is_batch_normalize", "bypass_mode"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"RLConfig.{name}={getattr(self, name)!r} must be True or False")
+
     def sampling(self) -> SamplingConfig:
-        return SamplingConfig(self.max_completion_length, self.temperature, self.top_p,
-                              self.top_k, self.sampler_dtype)
+        return SamplingConfig(max_completion_length=self.max_completion_length,
+                              temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+                              dtype=self.sampler_dtype, min_p=max(self.min_p, self.dvp_min_p))
 
 
 @dataclass

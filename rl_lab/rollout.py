@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from rl_lab.config import SamplingConfig
+from rl_lab.corrections import safe_vocabulary
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -35,6 +36,7 @@ class RolloutBatch:
     completions: list[str]           # (B,) decoded, special tokens removed
     is_truncated: torch.Tensor       # (B,) bool: no <eos> within max_completion_length
     group_ids: torch.Tensor          # (B,) index of the prompt each row belongs to
+    sampler_logprobs_full: torch.Tensor | None = None  # (B, T, V) log mu(. | x, y_<t), if recorded
 
     @property
     def num_groups(self) -> int:
@@ -57,8 +59,10 @@ class RolloutEngine(Protocol):
 
 def process_logits(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
     """(B, V) raw logits -> (B, V) log-probs of the distribution actually sampled from:
-    temperature, then top-k, then top-p (removed tokens get -inf)."""
+    temperature, then min-p, top-k and top-p (removed tokens get -inf)."""
     logits = logits.float() / sampling.temperature
+    if sampling.min_p > 0:  # p >= min_p * p_max: Dynamic Vocabulary Pruning's safe set
+        logits = logits.masked_fill(~safe_vocabulary(logits, sampling.min_p), float("-inf"))
     if sampling.top_k and sampling.top_k < logits.shape[-1]:
         kth = torch.topk(logits, sampling.top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -103,6 +107,9 @@ class HFEngine:
     With `dtype` equal to the trainer's and `copy_weights=False` (the default for fp32) the
     engine samples from the trainer's own module: no copy, no sync.  Otherwise it keeps its
     own copy in `dtype` and `sync_weights(model)` copies the trainer's weights in memory.
+    With `record_full_logprobs` each batch also carries the sampler's full (B, T, V)
+    log-distributions (for exact per-context divergences).  Subclasses perturb the sampler
+    through `perturb_logits` and `sync_weights` (see rl_lab.injectors).
     """
 
     def __init__(self, model: torch.nn.Module, tokenizer, dtype: str = "float32",
@@ -118,6 +125,19 @@ class HFEngine:
         self.model = copy.deepcopy(model).to(self.dtype) if copy_weights else model
         if copy_weights:
             self.model.requires_grad_(False)
+        self.record_full_logprobs = False
+
+    def perturb_logits(self, logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        """Hook on the raw (B, V) logits before sampling; the identity here."""
+        return logits
+
+    def state_dict(self) -> dict | None:
+        """What a checkpoint must keep to resume the sampler bit for bit (None: nothing)."""
+        return {"model": self.model.state_dict()} if self.copy_weights else None
+
+    def load_state_dict(self, state: dict | None) -> None:
+        if state is not None and self.copy_weights:
+            self.model.load_state_dict(state["model"])
 
     @torch.no_grad()
     def sync_weights(self, model: torch.nn.Module) -> None:
@@ -144,6 +164,7 @@ class HFEngine:
 
         completion_ids = torch.full((B, T), pad, dtype=torch.long, device=device)
         sampler_logprobs = torch.zeros((B, T), dtype=torch.float32, device=device)
+        full = [] if self.record_full_logprobs else None
         completion_mask = torch.zeros((B, T), dtype=torch.long, device=device)
         finished = torch.zeros(B, dtype=torch.bool, device=device)
         attn = torch.ones((B, prompt_ids.shape[1] + T), dtype=torch.long, device=device)
@@ -157,7 +178,9 @@ class HFEngine:
         cache, next_pos = _returned_cache(out), positions[:, -1:] + 1      # (B, 1)
         P = prompt_ids.shape[1]
         for t in range(T):
-            logp = process_logits(out.logits[:, -1], sampling)             # (B, V) fp32
+            logp = process_logits(self.perturb_logits(out.logits[:, -1], generator), sampling)  # (B, V)
+            if full is not None:
+                full.append(logp)
             tokens, token_logp = sample_tokens(logp, generator)            # (B,), (B,)
             alive = ~finished
             completion_ids[:, t] = torch.where(alive, tokens, torch.full_like(tokens, pad))
@@ -174,5 +197,8 @@ class HFEngine:
         has_eos = ((completion_ids == eos) & completion_mask.bool()).any(-1)
         texts = tok.batch_decode(completion_ids.tolist(), skip_special_tokens=True)
         group_ids = torch.arange(len(prompts), device=device).repeat_interleave(n)
+        if full is not None:  # (B, T, V); positions after the last step repeat nothing: zeros
+            full = torch.stack(full, 1)
+            full = torch.cat([full, full.new_zeros(B, T - full.shape[1], full.shape[-1])], 1)
         return RolloutBatch(rows, prompt_ids, prompt_mask, completion_ids, completion_mask,
-                            sampler_logprobs, texts, ~has_eos, group_ids)
+                            sampler_logprobs, texts, ~has_eos, group_ids, full)

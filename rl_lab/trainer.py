@@ -1,6 +1,11 @@
-"""The RL trainer: rollout -> reward -> group advantages -> trainer log-probs -> correction
-hook -> policy loss -> AdamW.  One `step()` is one rollout batch; `train()` loops, logs
-metrics with TRL's names, checkpoints atomically and resumes bit for bit.
+"""The RL trainer: rollout -> reward -> trainer log-probs -> correction hook -> advantages ->
+policy loss -> AdamW.  One `step()` is one rollout batch; `train()` loops, logs metrics with
+TRL's names (and verl's under `rollout_corr/` and `actor/`), checkpoints atomically and
+resumes bit for bit.
+
+Off-policy handling follows verl: decoupled mode (three policies; the hook weights and masks
+once per batch with pi_old / mu) or bypass mode (pi_old := mu; recomputed from pi_theta / mu
+at every iteration), with every correction chosen by RLConfig (see rl_lab.corrections).
 
 Faults never crash a step: a reward function that raises or returns NaN/None, NaN/inf
 sampler or trainer log-probs, and empty completions are masked out of the loss and counted
@@ -21,9 +26,12 @@ import pandas as pd
 import torch
 import yaml
 
-from rl_lab.algos.grpo import aggregate_loss, group_advantages, kl_k3, policy_loss, sequence_logprobs
+from rl_lab.algos.advantages import sum_pi_squared, token_advantages
+from rl_lab.algos.grpo import aggregate_loss, kl_k3, sequence_logprobs
+from rl_lab.algos.modes import bypass_policy_loss, decoupled_policy_loss
 from rl_lab.config import ConfigError, RLConfig, SamplingConfig
-from rl_lab.corrections import rollout_correction
+from rl_lab.corrections import rollout_correction, token_kl
+from rl_lab.injectors import MismatchEngine, make_engine
 from rl_lab.models import quiet_hf_progress, resolve_model
 from rl_lab.rollout import HFEngine, RolloutBatch
 from rl_lab.tasks import get_task
@@ -99,7 +107,12 @@ class Trainer:
         self.ref_model = None
         if cfg.beta > 0:
             self.ref_model = copy.deepcopy(self.model).requires_grad_(False).eval()
-        self.engine = engine if engine is not None else HFEngine(self.model, tokenizer, cfg.sampler_dtype)
+        self.engine = engine if engine is not None else make_engine(cfg, self.model, tokenizer)
+        if cfg.rollout_rs is not None and "_kl" in cfg.rollout_rs:  # exact KL needs mu's full distributions
+            self.engine.record_full_logprobs = True
+        # evaluation measures the trainer's policy, not a deliberately perturbed sampler
+        self.eval_engine = (HFEngine(self.model, tokenizer, cfg.sampler_dtype)
+                            if isinstance(self.engine, MismatchEngine) else self.engine)
         self.reward_funcs = list(reward_funcs) if reward_funcs is not None else [self.task]
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, eps=1e-8,
@@ -146,30 +159,36 @@ class Trainer:
         nonempty = mask.any(-1)                                                          # (B,)
         if cfg.mask_truncated_completions:  # by design, not a fault: not counted under faults/
             mask &= ~batch.is_truncated[:, None]
-        logp, entropy = sequence_logprobs(self.model, batch.prompt_ids, batch.prompt_mask,
-                                          batch.completion_ids, cfg.temperature, with_entropy=True)
+        logp, entropy, logp_all = self._logprobs(batch, full=True)                       # (B, T) x2, (B, T, V)
         old_logp = logp.detach()
+        outside = mask & torch.isneginf(old_logp) if cfg.dvp_min_p > 0 else torch.zeros_like(mask)
+        mask &= ~outside            # DVP: a token outside pi's safe vocabulary leaves the objective
 
         # VALIDITY: mask (and count) rows that cannot be trusted
-        finite_mu = (torch.isfinite(batch.sampler_logprobs) | ~mask).all(-1)             # (B,)
+        mu = self._sampler_logprobs(batch, old_logp)                                     # (B, T)
+        finite_mu = (torch.isfinite(mu) | ~mask).all(-1)                                 # (B,)
         finite_pi = (torch.isfinite(old_logp) | ~mask).all(-1)
         valid = torch.isfinite(rewards) & finite_mu & finite_pi & nonempty               # (B,)
         mask &= valid[:, None]
-        rollout_logp = torch.where(mask, batch.sampler_logprobs, torch.zeros_like(old_logp))
+        rollout_logp = torch.where(mask, mu, torch.zeros_like(old_logp))
         old_logp_safe = torch.where(mask, old_logp, torch.zeros_like(old_logp))
+        counted = mask.clone()
 
-        # ADVANTAGES from sequence rewards, group baseline
-        advantages = group_advantages(rewards, batch.group_ids, valid, cfg.advantage_estimator,
-                                      cfg.scale_rewards)                                  # (B,)
+        # CORRECTION HOOK (decoupled mode): weights and mask from rho = pi_old / mu
+        is_weights, corr_metrics = None, {}
+        if not cfg.bypass_mode:
+            is_weights, mask, corr_metrics = rollout_correction(
+                old_logp_safe, rollout_logp, mask, **self._correction_kwargs(batch, logp_all))
 
-        # CORRECTION HOOK: weights and mask between pi_old and mu
-        is_weights, mask, corr_metrics = rollout_correction(old_logp_safe, rollout_logp, mask,
-                                                            cfg.rollout_is, cfg.rollout_is_threshold)
+        # ADVANTAGES, per token; like verl they see the corrected mask and weights
+        advantages = token_advantages(cfg.advantage_estimator, rewards, mask, batch.group_ids, valid,
+                                      cfg.scale_rewards, cfg.gamma, old_logp_safe,
+                                      sum_pi_squared(logp_all.detach()), is_weights)     # (B, T)
         ref_logp = None
         if self.ref_model is not None:
             with torch.no_grad():
                 ref_logp = sequence_logprobs(self.ref_model, batch.prompt_ids, batch.prompt_mask,
-                                             batch.completion_ids, cfg.temperature)
+                                             batch.completion_ids, cfg.temperature, dvp_min_p=cfg.dvp_min_p)
 
         # UPDATE: num_iterations optimizer steps on this batch (loss/grad_norm logged from the last)
         skipped, grad_norm, loss_value, kl_value, pg_metrics = 0, float("nan"), float("nan"), None, {}
@@ -177,16 +196,22 @@ class Trainer:
             group["lr"] = cfg.learning_rate * self._lr_factor(self.global_step)
         for it in range(cfg.num_iterations):
             if it > 0:
-                logp = sequence_logprobs(self.model, batch.prompt_ids, batch.prompt_mask,
-                                         batch.completion_ids, cfg.temperature)
+                logp, logp_all = self._logprobs(batch)
             logp_safe = torch.where(mask, logp, torch.zeros_like(logp))
-            per_token, pg_metrics = policy_loss(logp_safe, old_logp_safe, advantages, mask, cfg.policy_loss,
-                                                cfg.epsilon, cfg.epsilon_high, is_weights)
+            clip = dict(loss=cfg.policy_loss, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high,
+                        clip_ratio_c=cfg.clip_ratio_c)
+            if cfg.bypass_mode:  # pi_old := mu; weights and mask from the current pi_theta / mu
+                per_token, loss_mask, pg_metrics = bypass_policy_loss(
+                    logp_safe, rollout_logp, advantages, mask, **clip, **self._correction_kwargs(batch, logp_all))
+            else:                # decoupled: w = pi_old / mu from the hook, PPO ratio pi_theta / pi_old
+                loss_mask = mask
+                per_token, pg_metrics = decoupled_policy_loss(logp_safe, old_logp_safe, advantages, mask,
+                                                              is_weights, **clip)
             if ref_logp is not None:
                 kl = kl_k3(logp_safe, torch.where(mask, ref_logp, torch.zeros_like(ref_logp)))
                 per_token = per_token + cfg.beta * kl
-                kl_value = (kl.detach() * mask).sum().item() / max(1, int(mask.sum()))
-            loss = aggregate_loss(per_token, mask, cfg.loss_agg_mode, cfg.max_completion_length)
+                kl_value = (kl.detach() * loss_mask).sum().item() / max(1, int(loss_mask.sum()))
+            loss = aggregate_loss(per_token, loss_mask, cfg.loss_agg_mode, cfg.max_completion_length)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             params = [p for p in self.model.parameters() if p.requires_grad]
@@ -199,7 +224,51 @@ class Trainer:
                 self.optimizer.zero_grad(set_to_none=True)
         self.global_step += 1
 
-        # METRICS (TRL's names where they exist)
+        # METRICS (TRL's names where they exist), timing, evaluation
+        metrics = self._step_metrics(batch, rewards, valid, per_func, reward_errors, counted, entropy,
+                                     old_logp_safe - rollout_logp, outside, finite_mu & finite_pi, nonempty)
+        metrics.update({"loss": loss_value, "grad_norm": grad_norm, "faults/skipped_steps": skipped,
+                        **({"kl": kl_value} if kl_value is not None else {}), **corr_metrics, **pg_metrics})
+        t1 = time.perf_counter()
+        metrics.update({"time/rollout": t_rollout - t0, "time/update": t1 - t_rollout, "step_time": t1 - t0})
+        if cfg.eval_steps and self.global_step % cfg.eval_steps == 0:
+            t2 = time.perf_counter()
+            metrics.update(self.evaluate())
+            metrics["time/eval"] = time.perf_counter() - t2
+        return metrics
+
+    def _logprobs(self, batch: RolloutBatch, full: bool = False):
+        """The trainer's log-probs of the batch's tokens (B, T) [and entropy, (B, T, V) log pi]."""
+        cfg = self.config
+        out = sequence_logprobs(self.model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
+                                cfg.temperature, with_entropy=full, dvp_min_p=cfg.dvp_min_p, return_all=True)
+        return out if full else (out[0], out[-1])
+
+    def _sampler_logprobs(self, batch: RolloutBatch, old_logp):
+        """mu's log-probs; an engine that reports none is allowed only when nothing needs them
+        (then mu := pi_old and the monitors read zero)."""
+        if batch.sampler_logprobs is not None:
+            return batch.sampler_logprobs
+        cfg = self.config
+        if cfg.rollout_is or cfg.rollout_rs or cfg.rollout_token_veto_threshold or cfg.bypass_mode:
+            raise ConfigError("rollout_is / rollout_rs / rollout_token_veto_threshold / bypass_mode need the "
+                              "sampler's log-probs, but the engine returned RolloutBatch.sampler_logprobs=None; "
+                              "set them to None/False or use an engine that reports log-probs")
+        return old_logp
+
+    def _correction_kwargs(self, batch: RolloutBatch, logp_all) -> dict:
+        """The RLConfig's rollout_correction arguments; the exact per-context KL when asked for."""
+        cfg = self.config
+        kl = None
+        if cfg.rollout_rs is not None and "_kl" in cfg.rollout_rs and batch.sampler_logprobs_full is not None:
+            kl = token_kl(batch.sampler_logprobs_full, logp_all.detach())                # (B, T)
+        return dict(rollout_is=cfg.rollout_is, rollout_is_threshold=cfg.rollout_is_threshold,
+                    rollout_is_batch_normalize=cfg.rollout_is_batch_normalize, rollout_rs=cfg.rollout_rs,
+                    rollout_rs_threshold=cfg.rollout_rs_threshold,
+                    rollout_token_veto_threshold=cfg.rollout_token_veto_threshold, token_kl=kl)
+
+    def _step_metrics(self, batch, rewards, valid, per_func, reward_errors, counted, entropy, log_ratio,
+                      outside, finite, nonempty) -> dict:
         lengths = batch.completion_mask.sum(-1).float()
         self.num_tokens += int(batch.prompt_mask.sum() + batch.completion_mask.sum())
         metrics = {"step": self.global_step}
@@ -211,21 +280,17 @@ class Trainer:
             "completions/max_length": lengths.max().item(),
             "completions/clipped_ratio": batch.is_truncated.float().mean().item(),
             "completions/mean_terminated_length": term.mean().item() if len(term) else 0.0,
-            "entropy": (entropy.detach() * mask).sum().item() / max(1, int(mask.sum())),
-            "loss": loss_value, "grad_norm": grad_norm,
+            "entropy": (entropy.detach() * counted).sum().item() / max(1, int(counted.sum())),
             "learning_rate": self.optimizer.param_groups[0]["lr"],
             "num_tokens": self.num_tokens,
             "faults/reward_errors": reward_errors,
-            "faults/nonfinite_logprobs": int((~(finite_mu & finite_pi)).sum()),
+            "faults/nonfinite_logprobs": int((~finite).sum()),
             "faults/empty_completions": int((~nonempty).sum()),
             "faults/masked_samples": int((~valid).sum()),
-            "faults/skipped_steps": skipped,
         })
-        if kl_value is not None:
-            metrics["kl"] = kl_value
-        metrics.update(pg_metrics)
-        metrics.update(corr_metrics)
-        lr_tok = (old_logp_safe - rollout_logp)[mask]
+        if self.config.dvp_min_p > 0:
+            metrics["dvp/outside_fraction"] = int(outside.sum()) / max(1, int((outside | counted).sum()))
+        lr_tok = log_ratio[counted]
         if lr_tok.numel():
             ratio = lr_tok.clamp(-20, 20).exp()
             metrics.update({"sampling/sampling_logp_difference/mean": lr_tok.abs().mean().item(),
@@ -233,12 +298,6 @@ class Trainer:
                             "sampling/importance_sampling_ratio/min": ratio.min().item(),
                             "sampling/importance_sampling_ratio/mean": ratio.mean().item(),
                             "sampling/importance_sampling_ratio/max": ratio.max().item()})
-        t1 = time.perf_counter()
-        metrics.update({"time/rollout": t_rollout - t0, "time/update": t1 - t_rollout, "step_time": t1 - t0})
-        if cfg.eval_steps and self.global_step % cfg.eval_steps == 0:
-            t2 = time.perf_counter()
-            metrics.update(self.evaluate())
-            metrics["time/eval"] = time.perf_counter() - t2
         return metrics
 
     def _reward_metrics(self, rewards, group_ids, valid, per_func) -> dict:
@@ -262,11 +321,11 @@ class Trainer:
     def evaluate(self, examples: list[dict] | None = None) -> dict:
         """Greedy accuracy (mean reward) on held-out prompts."""
         examples = examples or self.eval_set
-        self.engine.sync_weights(self.model)
+        self.eval_engine.sync_weights(self.model)
         greedy = SamplingConfig(max_completion_length=self.config.max_completion_length, top_k=1,
                                 dtype=self.config.sampler_dtype)
         gen = torch.Generator(self.device).manual_seed(0)
-        batch = self.engine.generate([e["prompt"] for e in examples], 1, greedy, gen)
+        batch = self.eval_engine.generate([e["prompt"] for e in examples], 1, greedy, gen)
         columns = {k: [e[k] for e in examples] for k in examples[0] if k != "prompt"}
         rewards, _, _ = call_reward_funcs(self.reward_funcs, batch.prompts, batch.completions,
                                           batch.completion_ids.tolist(), columns)
@@ -330,8 +389,7 @@ class Trainer:
                  "optimizer": self.optimizer.state_dict(),
                  "rng": self.rng.bit_generator.state, "generator": self.generator.get_state(),
                  "ref_model": self.ref_model.state_dict() if self.ref_model is not None else None,
-                 "engine": (self.engine.model.state_dict()
-                            if getattr(self.engine, "copy_weights", False) else None)}
+                 "engine": self.engine.state_dict() if hasattr(self.engine, "state_dict") else None}
         torch.save(state, tmp / "trainer_state.pt")
         atomic_replace_dir(tmp, final)
         old = sorted(self.output_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
@@ -363,8 +421,8 @@ class Trainer:
         self.generator.set_state(state["generator"].cpu() if self.device.type == "cpu" else state["generator"])
         if state.get("ref_model") is not None and self.ref_model is not None:
             self.ref_model.load_state_dict(state["ref_model"])
-        if state.get("engine") is not None and getattr(self.engine, "copy_weights", False):
-            self.engine.model.load_state_dict(state["engine"])
+        if state.get("engine") is not None and hasattr(self.engine, "load_state_dict"):
+            self.engine.load_state_dict(state["engine"])
         self.global_step, self.num_tokens = state["global_step"], state["num_tokens"]
         metrics_path = self.output_dir / "metrics.jsonl" if self.output_dir else None
         if metrics_path is not None and metrics_path.exists():

@@ -83,3 +83,69 @@ def test_k3_is_nonnegative_and_zero_on_policy():
     lp = torch.log_softmax(torch.randn(3, 4), -1)
     assert torch.all(kl_k3(lp, lp) == 0)
     assert torch.all(kl_k3(lp, lp + torch.randn(3, 4)) >= 0)
+
+
+def test_dual_clip_caps_the_loss_of_negative_advantages():
+    logp = torch.log(torch.tensor([[5.0, 5.0, 0.5]])).requires_grad_(True)
+    old = torch.zeros(1, 3)                                           # ratios 5, 5, 0.5
+    A = torch.tensor([[-1.0, 1.0, -1.0]])                             # per-token advantages (B, T)
+    per_tok, info = policy_loss(logp, old, A, torch.ones(1, 3), "ppo_clip", 0.2, clip_ratio_c=3.0)
+    assert per_tok.tolist()[0] == pytest.approx([3.0, -1.2, 0.8])     # -A*c, clipped, clipped
+    g, = torch.autograd.grad(per_tok.sum(), logp)
+    assert g.abs().sum() == 0                                         # all three are flat
+    assert info["actor/pg_clipfrac_lower"] == pytest.approx(1 / 3)
+    plain, _ = policy_loss(logp, old, A, torch.ones(1, 3), "ppo_clip", 0.2)
+    assert plain[0, 0].item() == pytest.approx(5.0)                   # without it: -A * r, unbounded
+
+
+def test_padding_never_changes_the_loss():
+    L = torch.tensor([[1.0, float("nan")], [2.0, float("inf")]])
+    m = torch.tensor([[1, 0], [1, 0]])
+    for mode in ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum",
+                 "seq-mean-token-sum-norm"):
+        assert torch.isfinite(aggregate_loss(L, m, mode)), mode
+
+
+def test_reinforce_plus_plus_and_reward_to_go_by_hand():
+    from rl_lab.algos.advantages import outcome_token_rewards, reinforce_plus_plus, reward_to_go
+    m = torch.tensor([[1.0, 1, 1, 0], [1, 1, 0, 0]])
+    r = outcome_token_rewards(torch.tensor([4.0, 2.0]), m)
+    assert r.tolist() == [[0, 0, 4, 0], [0, 2, 0, 0]]
+    assert reward_to_go(r, m, 0.5).tolist() == [[1, 2, 4, 0], [1, 2, 0, 0]]
+    adv, _ = reinforce_plus_plus(r, m, 0.5)
+    vals = torch.tensor([1.0, 2, 4, 1, 2])                            # whitened over the 5 counted tokens
+    assert torch.allclose(adv[m.bool()], (vals - vals.mean()) / vals.std(), atol=1e-6)
+
+
+def test_optimal_token_baseline_by_hand():
+    from rl_lab.algos.advantages import optimal_token_baseline
+    m = torch.ones(2, 3, dtype=torch.float64)
+    r = torch.tensor([[0, 0, 1.0], [0, 0, 0.0]], dtype=torch.float64)
+    lp = torch.log(torch.full((2, 3), 0.5, dtype=torch.float64))
+    spp = torch.full((2, 3), 0.5, dtype=torch.float64)               # w = 1 - 2(0.5) + 0.5 = 0.5
+    adv, G = optimal_token_baseline(r, m, torch.tensor([0, 0]), lp, spp)
+    assert torch.allclose(adv, torch.tensor([[0.5] * 3, [-0.5] * 3], dtype=torch.float64), atol=1e-7)
+    # unequal path variance: the baseline leans toward the high-variance (low-probability) path
+    lp2 = torch.log(torch.tensor([[0.1] * 3, [0.9] * 3], dtype=torch.float64))
+    adv, _ = optimal_token_baseline(r, m, torch.tensor([0, 0]), lp2, spp)
+    assert adv[0, 0] < 0.5 and adv[1, 0] < -0.5
+    # zero tail: past the second-longest member the longest gets no baseline (A = G)
+    m3 = torch.tensor([[1.0, 1, 1], [1, 0, 0]], dtype=torch.float64)
+    adv, G = optimal_token_baseline(r, m3, torch.tensor([0, 0]), lp, spp)
+    assert torch.equal(adv[0, 1:], G[0, 1:])
+
+
+def test_token_advantages_dispatch():
+    from rl_lab.algos.advantages import token_advantages
+    r = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    g = torch.tensor([0, 0, 1, 1])
+    m = torch.ones(4, 3, dtype=torch.bool)
+    valid = torch.ones(4, dtype=torch.bool)
+    grpo = token_advantages("grpo", r, m, g, valid)
+    assert torch.allclose(grpo, group_advantages(r, g)[:, None].expand(4, 3))
+    for est in ("reinforce_plus_plus", "reinforce_plus_plus_baseline"):
+        adv = token_advantages(est, r, m, g, valid)
+        assert adv.shape == (4, 3) and torch.isfinite(adv).all()
+    lp = torch.full((4, 3), -1.0)
+    adv = token_advantages("optimal_token_baseline", r, m, g, valid, old_logp=lp, sum_pi_sq=torch.full((4, 3), 0.3))
+    assert adv[2:].abs().max() < 1e-6                                 # a group with equal rewards: no signal

@@ -150,6 +150,13 @@ def test_ppo_iterations_reinforce_beta_and_is_hook_run():
     ("task", "chess", "addition"),
     ("rollout_is", "seq", "sequence"),
     ("top_p", 0.0, "top_p"),
+    ("advantage_estimator", "gae", "optimal_token_baseline"),
+    ("clip_ratio_c", 0.5, "clip_ratio_c"),
+    ("sampler_quantization", "int4", "int8"),
+    ("sampler_staleness", -1, "out of range"),
+    ("dvp_min_p", 1.0, "out of range"),
+    ("rollout_is_threshold", "2_1", "lo <= hi"),
+    ("rollout_rs", "seq_max_k1", "seq_max_k2"),
 ])
 def test_bad_config_names_the_field_and_allowed_values(field, value, match):
     with pytest.raises(ConfigError, match=match) as e:
@@ -178,3 +185,123 @@ def test_metrics_file_and_config_are_written(tmp_path):
     assert [r["step"] for r in rows] == [1, 2]
     assert json.loads(json.dumps(rows[0])) == rows[0]
     assert (tmp_path / "config.yaml").read_text().startswith("task: addition")
+
+
+@pytest.mark.parametrize("kw,keys", [
+    (dict(correction="Seq-MIS", sampler_dtype="bfloat16", advantage_estimator="optimal_token_baseline",
+          rollout_rs_threshold="0.1_10"),
+     ("rollout_corr/rollout_is_eff_sample_size", "rollout_corr/rollout_rs_seq_sum_k1_masked_fraction")),
+    (dict(correction="TRM-Exact", sampler_quantization="int8", advantage_estimator="reinforce_plus_plus"),
+     ("rollout_corr/rollout_rs_seq_max_kl_max", "rollout_corr/rollout_rs_seq_mean_kl_mean")),
+    (dict(correction="Bypass-PG-Seq-TIS", sampler_logit_noise=0.3, num_iterations=2, clip_ratio_c=3.0),
+     ("rollout_corr/rollout_is_mean", "actor/ppo_kl")),
+    (dict(correction="Bypass-PPO-clip-K3-RS", sampler_staleness=1, advantage_estimator="rloo", num_iterations=2),
+     ("rollout_corr/rollout_rs_seq_mean_k3_mean", "actor/pg_clipfrac_lower")),
+    (dict(correction="Token-IcePop", rollout_is_batch_normalize=True, rollout_token_veto_threshold=1e-3,
+          dvp_min_p=0.05, top_k=20, advantage_estimator="reinforce_plus_plus_baseline"),
+     ("rollout_corr/rollout_is_batch_norm_factor", "rollout_corr/rollout_is_veto_fraction", "dvp/outside_fraction")),
+])
+def test_every_correction_runs_in_the_trainer_by_configuration(kw, keys):
+    from rl_lab.corrections import correction_preset
+    kw = dict(kw)
+    cfg = _cfg(max_steps=1, **correction_preset(kw.pop("correction"), **kw))
+    m = Trainer(cfg).step()
+    assert math.isfinite(m["loss"]) and m["faults/skipped_steps"] == 0
+    for key in keys:
+        assert key in m, key
+
+
+def test_bypass_reinforce_equals_decoupled_reinforce_on_the_first_iteration():
+    """With one iteration pi_theta == pi_old, so w = min(pi_theta/mu, C) == min(pi_old/mu, C)."""
+    common = dict(max_steps=1, seed=3, sampler_dtype="bfloat16", policy_loss="reinforce",
+                  rollout_is="token", rollout_is_threshold=1.5)
+    a = Trainer(_cfg(**common)).step()
+    b = Trainer(_cfg(**common, bypass_mode=True)).step()
+    assert a["loss"] == pytest.approx(b["loss"], rel=1e-6)
+    assert a["rollout_corr/rollout_is_mean"] == pytest.approx(b["rollout_corr/rollout_is_mean"], rel=1e-6)
+
+
+def test_injectors_perturb_the_sampler_as_described(tiny):
+    from rl_lab.injectors import MismatchEngine, fake_quantize_int8_
+    import copy
+    model, tok = tiny
+    q = copy.deepcopy(model)
+    fake_quantize_int8_(q)
+    for (name, p), (_, p_q) in zip(model.named_parameters(), q.named_parameters()):
+        if "proj.weight" in name:                # linear layers: rounded to 255 levels per row
+            step = p.detach().abs().amax(1, keepdim=True) / 127
+            assert (p_q - p).abs().le(step / 2 + 1e-7).all() and not torch.equal(p_q, p)
+            assert all(len(torch.unique(row)) <= 255 for row in p_q)
+        else:                                    # embeddings / lm_head / norms untouched
+            assert torch.equal(p_q, p)
+    eng = MismatchEngine(model, tok, staleness=2)
+    versions = []
+    for k in range(4):                           # the trainer moves; the sampler lags 2 syncs
+        trainer = copy.deepcopy(model)
+        with torch.no_grad():
+            trainer.model.norm.weight.fill_(float(k))
+        eng.sync_weights(trainer)
+        versions.append(eng.model.model.norm.weight[0].item())
+    assert versions == [0.0, 0.0, 0.0, 1.0]
+    state = eng.state_dict()
+    eng2 = MismatchEngine(model, tok, staleness=2)
+    eng2.load_state_dict(state)
+    assert [h["model.norm.weight"][0].item() for h in eng2.history] == [1.0, 2.0, 3.0]
+
+
+def test_injected_mismatch_shows_in_the_monitors_and_is_deterministic(tiny):
+    from rl_lab.algos.grpo import sequence_logprobs
+    from rl_lab.injectors import make_engine
+    from rl_lab.monitors import mismatch_metrics
+    model, tok = tiny
+
+    def rollout(**kw):
+        cfg = _cfg(**kw)
+        eng = make_engine(cfg, model, tok)
+        eng.sync_weights(model)
+        b = eng.generate(["12+34=", "5+6="], 4, cfg.sampling(), torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            lp = sequence_logprobs(model, b.prompt_ids, b.prompt_mask, b.completion_ids)
+        return b, mismatch_metrics(lp, b.sampler_logprobs, b.completion_mask)["k3_kl"]
+
+    assert rollout()[1] < 1e-9
+    for kw in (dict(sampler_quantization="int8"), dict(sampler_logit_noise=0.5), dict(top_k=3),
+               dict(min_p=0.3), dict(sampler_dtype="bfloat16")):
+        assert rollout(**kw)[1] > 1e-6, kw
+    a, b = rollout(sampler_logit_noise=0.5)[0], rollout(sampler_logit_noise=0.5)[0]
+    assert torch.equal(a.completion_ids, b.completion_ids) and torch.equal(a.sampler_logprobs, b.sampler_logprobs)
+
+
+def test_dvp_gives_sampler_and_trainer_the_same_safe_vocabulary(tiny):
+    """With the same weights and min_p, the sampler's reported log-probs equal the trainer's
+    pruned log-probs: both renormalise over the same safe set."""
+    from rl_lab import SamplingConfig
+    from rl_lab.algos.grpo import sequence_logprobs
+    model, tok = tiny
+    eng = HFEngine(model, tok)
+    eng.record_full_logprobs = True
+    b = eng.generate(["12+34="] * 4, 2, SamplingConfig(max_completion_length=6, min_p=0.2),
+                     torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        lp, lp_all = sequence_logprobs(model, b.prompt_ids, b.prompt_mask, b.completion_ids,
+                                       dvp_min_p=0.2, return_all=True)
+    m = b.completion_mask.bool()
+    torch.testing.assert_close(lp[m], b.sampler_logprobs[m], atol=1e-5, rtol=0)
+    torch.testing.assert_close(lp_all[m], b.sampler_logprobs_full[m], atol=1e-5, rtol=0)
+    full = sequence_logprobs(model, b.prompt_ids, b.prompt_mask, b.completion_ids)
+    assert (full[m] - b.sampler_logprobs[m]).abs().max() > 1e-3      # unpruned trainer: a mismatch
+
+
+def test_correction_needing_missing_logprobs_is_a_config_error():
+    class NoLogprobs(HFEngine):
+        def generate(self, *a, **k):
+            b = super().generate(*a, **k)
+            b.sampler_logprobs = None
+            return b
+    tr = Trainer(_cfg(max_steps=1, rollout_is="token"))
+    tr.engine = NoLogprobs(tr.model, tr.tokenizer)
+    with pytest.raises(ConfigError, match="rollout_is"):
+        tr.step()
+    tr = Trainer(_cfg(max_steps=1))
+    tr.engine = NoLogprobs(tr.model, tr.tokenizer)
+    assert tr.step()["rollout_corr/k3_kl"] == 0.0                        # monitors only: mu := pi_old

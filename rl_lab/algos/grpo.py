@@ -9,6 +9,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from rl_lab.corrections import safe_vocabulary
+from rl_lab.monitors import masked_mean
+
 
 def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, valid: torch.Tensor | None = None,
                      estimator: str = "grpo", scale_rewards: str = "group", eps: float = 1e-4) -> torch.Tensor:
@@ -47,11 +50,14 @@ def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, valid: torc
 
 
 def sequence_logprobs(model, prompt_ids, prompt_mask, completion_ids, temperature: float = 1.0,
-                      with_entropy: bool = False):
-    """The trainer's log pi(y_t | x, y_<t) for each completion token: (B, T) [, entropy (B, T)].
+                      with_entropy: bool = False, dvp_min_p: float = 0.0, return_all: bool = False):
+    """The trainer's log pi(y_t | x, y_<t) for each completion token: (B, T)
+    [, entropy (B, T)] [, the full log-distributions (B, T, V)].
 
     One forward over prompt + completion with the same position ids the sampler used
-    (left padding), logits divided by the sampling temperature as TRL does.
+    (left padding), logits divided by the sampling temperature as TRL does.  With
+    `dvp_min_p` the distribution is restricted to the safe vocabulary p >= dvp_min_p * p_max
+    (Dynamic Vocabulary Pruning; a token outside it gets log pi = -inf).
     """
     T = completion_ids.shape[1]
     input_ids = torch.cat([prompt_ids, completion_ids], dim=1)                        # (B, P+T)
@@ -59,41 +65,54 @@ def sequence_logprobs(model, prompt_ids, prompt_mask, completion_ids, temperatur
     positions = (attn.cumsum(-1) - 1).clamp(min=0)
     logits = model(input_ids=input_ids, attention_mask=attn, position_ids=positions,
                    logits_to_keep=T + 1).logits[:, :-1]                                 # (B, T, V)
-    logp_all = F.log_softmax(logits.float() / temperature, dim=-1)                    # (B, T, V)
+    logits = logits.float() / temperature
+    if dvp_min_p > 0:
+        logits = logits.masked_fill(~safe_vocabulary(logits, dvp_min_p), float("-inf"))
+    logp_all = F.log_softmax(logits, dim=-1)                                           # (B, T, V)
     logp = logp_all.gather(-1, completion_ids[..., None]).squeeze(-1)                 # (B, T)
-    if not with_entropy:
-        return logp
-    entropy = -(logp_all.exp() * logp_all).sum(-1)                                     # (B, T)
-    return logp, entropy
+    out = [logp]
+    if with_entropy:
+        out.append(torch.special.entr(logp_all.exp()).sum(-1))                         # (B, T)
+    if return_all:
+        out.append(logp_all)
+    return out[0] if len(out) == 1 else tuple(out)
+
 
 
 def policy_loss(logp, old_logp, advantages, mask, loss: str = "ppo_clip", epsilon: float = 0.2,
-                epsilon_high: float | None = None, is_weights=None):
+                epsilon_high: float | None = None, is_weights=None, clip_ratio_c: float | None = None):
     """Per-token policy-gradient loss (B, T) and diagnostics.
 
     reinforce: -A * log pi                (gradient -A * grad log pi)
-    ppo_clip:  -min(r A, clip(r, 1-eps, 1+eps_high) A),  r = pi / pi_old
+    ppo_clip:  -min(r A, clip(r, 1-eps, 1+eps_high) A),  r = pi / pi_old (log r clamped at +-20)
+               with clip_ratio_c = c (dual clip): for A < 0 the loss is at most -c A
     On-policy with one iteration, old_logp == logp.detach(), r == 1 and both have the same
-    gradient.  `is_weights` (B, T), detached, multiply every token's loss (the correction hook).
+    gradient.  `advantages` is (B,) or per token (B, T).  `is_weights` (B, T), detached,
+    multiply every token's loss (the correction hook).
     """
-    A = advantages[:, None]                                                            # (B, 1)
+    A = advantages[:, None] if advantages.dim() == 1 else advantages                  # (B, 1) or (B, T)
+    log_ratio = logp - old_logp                                                        # (B, T)
+    clipped = dual = torch.zeros_like(logp, dtype=torch.bool)
     if loss == "reinforce":
         per_token = -A * logp
-        clipped = torch.zeros_like(logp, dtype=torch.bool)
     elif loss == "ppo_clip":
-        ratio = torch.exp(logp - old_logp)                                             # (B, T)
+        log_ratio = log_ratio.clamp(-20, 20)
+        ratio = torch.exp(log_ratio)                                                   # (B, T)
         hi = epsilon if epsilon_high is None else epsilon_high
-        clipped_ratio = ratio.clamp(1 - epsilon, 1 + hi)
-        unclipped_obj, clipped_obj = ratio * A, clipped_ratio * A
+        unclipped_obj, clipped_obj = ratio * A, ratio.clamp(1 - epsilon, 1 + hi) * A
         per_token = -torch.minimum(unclipped_obj, clipped_obj)
         clipped = clipped_obj < unclipped_obj
+        if clip_ratio_c is not None:  # dual clip: a negative advantage cannot push r past c
+            dual = (A < 0) & (per_token > -A * clip_ratio_c)
+            per_token = torch.where(dual, -A * clip_ratio_c, per_token)
     else:
         raise ValueError(f"policy loss {loss!r}: choose 'reinforce' or 'ppo_clip'")
     if is_weights is not None:
         per_token = per_token * is_weights
-    m = mask.to(per_token.dtype)
-    clip_frac = (clipped.to(m.dtype) * m).sum() / m.sum().clamp(min=1)
-    return per_token, {"clip_ratio/region_mean": clip_frac.item()}
+    clip_frac = masked_mean(clipped.to(logp.dtype), mask).item()
+    return per_token, {"clip_ratio/region_mean": clip_frac, "actor/pg_clipfrac": clip_frac,
+                       "actor/pg_clipfrac_lower": masked_mean(dual.to(logp.dtype), mask).item(),
+                       "actor/ppo_kl": masked_mean(-log_ratio.detach(), mask).item()}
 
 
 def aggregate_loss(loss_mat, mask, mode: str = "token-mean", norm_length: int | None = None):
@@ -107,13 +126,14 @@ def aggregate_loss(loss_mat, mask, mode: str = "token-mean", norm_length: int | 
     Rows with no valid token are left out of the seq-mean denominators.
     """
     m = mask.to(loss_mat.dtype)
+    loss_mat = torch.where(mask.bool(), loss_mat, torch.zeros_like(loss_mat))  # padding never counts
     rows = (m.sum(-1) > 0).to(m.dtype)                                                 # (B,)
     if mode == "token-mean":
         return (loss_mat * m).sum() / m.sum().clamp(min=1)
     if mode == "token-sum":
         return (loss_mat * m).sum()
     if mode == "seq-mean-token-mean":
-        per_seq = (loss_mat * m).sum(-1) / m.sum(-1).clamp(min=1)
+        per_seq = (loss_mat * m).sum(-1) / (m.sum(-1) + 1e-8)                          # as verl
         return per_seq.sum() / rows.sum().clamp(min=1)
     if mode == "seq-mean-token-sum":
         return (loss_mat * m).sum() / rows.sum().clamp(min=1)
