@@ -119,7 +119,7 @@ class NeuralEnsemblePlusPlus:
         W0 = torch.randn(S, n_in, M, generator=gen)
         self.W0 = W0 / W0.norm(dim=-1, keepdim=True)                     # frozen prior head
         self.params = [p for layer in self.layers for p in layer] + [self.w, self.w_bias, self.W]
-        self.optimizer = torch.optim.Adam(self.params, lr=self.learning_rate)
+        self.optimizer = torch.optim.Adam(self.params, lr=self.learning_rate, foreach=True)
         self._n = 0
         self._x = torch.empty(S, 64, self.d)
         self._y = torch.empty(S, 64)
@@ -180,8 +180,9 @@ class NeuralEnsemblePlusPlus:
             xb, yb, zb = self._x[seeds, rows], self._y[seeds, rows], self._z[seeds, rows]
             mean, g = self.forward(xb)
             loss = symmetrised_loss(mean, g, yb, zb, self._update_indices(B), self.noise_std)
-            penalty = sum((p ** 2).sum(dim=tuple(range(1, p.dim()))) for p in self.params)  # (S,)
-            total = (loss + self.weight_decay / self._n * penalty).sum()   # seeds are independent
+            # the ridge penalty (lambda / n) ||params||^2, applied by Adam as the gradient term
+            # 2 (lambda / n) params; summing the per-seed losses keeps the seeds independent
+            self.optimizer.param_groups[0]["weight_decay"] = 2 * self.weight_decay / self._n
             self.optimizer.zero_grad(set_to_none=True)
-            total.backward()
+            loss.sum().backward()
             self.optimizer.step()
