@@ -425,6 +425,9 @@ def test_analysis_helpers():
     on = expected_ascent(space, policy, R, "shift", -1.0, Estimator("on_policy"), 0.5, 6)
     assert torch.equal(flat_params(policy), theta) and len(on) == 7
     assert all(b > a for a, b in zip(on, on[1:]))                          # small exact steps climb
+    again = expected_ascent(space, policy, R, "shift", -1.0, Estimator("on_policy"), 0.5, 6, restore=False)
+    assert again == on and abs(objective(space, policy, R).item() - on[-1]) < 1e-12
+    set_flat_params(policy, theta)
     errs = mc_errors(pr, Estimator("seq_tis", C=1.5), [64, 1024], repeats=10)
     assert ((errs["mse_to_mean"] / errs["var/B"]).between(0.2, 5)).all()
 
