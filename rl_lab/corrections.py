@@ -14,6 +14,8 @@ only remove tokens; metrics have no prefix (`rollout_correction` adds `rollout_c
   token_veto_mask     drop a sequence if one token's ratio is below a floor (verl before PR #4544)
   trust_region_mask   TRM: drop a sequence whose max or average divergence leaves the region
   safe_vocabulary     Dynamic Vocabulary Pruning: the tokens with p >= min_p * p_max
+  trust_region_bounds the TRM paper's bound family (classical, Pinsker-marginal, mixed, coupling,
+                      adaptive) on the surrogate error
   rollout_correction  all of them for one batch, plus the mismatch monitors
 Padding positions never influence a result, even when they hold NaN or inf.
 """
@@ -353,6 +355,43 @@ def rollout_correction(old_logp, rollout_logp, mask, rollout_is: str | None = No
         metrics.update(m)
     metrics.update(mismatch_metrics(old_logp, rollout_logp, mask))
     return weights, new_mask, {f"rollout_corr/{k}": v for k, v in metrics.items()}
+
+
+# ----------------------------------------------------------------------------- TRM bounds
+def trust_region_bounds(T: int, delta: float, eps: float | None = None, kl_seq: float | None = None,
+                        tv_seq: float | None = None, tv_per_step=None) -> dict[str, float]:
+    """The bounds on |J(pi_theta) - J(pi_roll) - L(pi_theta)| of Li et al. (2025, TRM), rewards
+    in [0, 1], from the per-context maxima delta = max KL(pi_roll || pi_theta) and eps = max TV
+    (Pinsker: eps = sqrt(delta/2) when not given), the sequence-level divergences kl_seq and
+    tv_seq (default: their worst cases T delta and Pinsker), and optionally the per-position
+    mean TV D_t (length T) for the adaptive bound.
+
+    classical  T(T-1) delta (KL) and 2T(T-1) eps^2 (TV)                       O(T^2)
+    pm_kl/pm_tv  4 min(1, sqrt(delta/2) or eps) sum_t min(1, sqrt((t-1) delta/2))  O(T^1.5)
+    mixed_kl/mixed_tv  4T min(1, sqrt(delta/2)) min(1, sqrt(kl_seq/2)) / 4T min(1, eps) min(1, tv_seq)  O(T)
+    coupling   4 min(1, eps) sum_t min(1, (t-1) eps)
+    adaptive   4 sum_t D_t min(1, (T-t) eps, sqrt((T-t) delta/2)), and its _tv / _kl routes
+               (needs tv_per_step)
+    unified    the smallest of them
+    """
+    eps = math.sqrt(delta / 2) if eps is None else eps
+    kl_seq = T * delta if kl_seq is None else kl_seq
+    tv_seq = min(1.0, math.sqrt(kl_seq / 2)) if tv_seq is None else tv_seq
+    t = torch.arange(1, T + 1, dtype=torch.float64)                                   # 1..T
+    pinsker_past = ((t - 1) * delta / 2).sqrt().clamp(max=1)                           # context shift
+    out = {"classical_kl": T * (T - 1) * delta, "classical_tv": 2 * T * (T - 1) * eps ** 2,
+           "pm_kl": 4 * min(1.0, math.sqrt(delta / 2)) * pinsker_past.sum().item(),
+           "pm_tv": 4 * min(1.0, eps) * pinsker_past.sum().item(),
+           "mixed_kl": 4 * T * min(1.0, math.sqrt(delta / 2)) * min(1.0, math.sqrt(kl_seq / 2)),
+           "mixed_tv": 4 * T * min(1.0, eps) * min(1.0, tv_seq),
+           "coupling": 4 * min(1.0, eps) * ((t - 1) * eps).clamp(max=1).sum().item()}
+    if tv_per_step is not None:   # future TV after position t: coupling route, Pinsker route, or 1
+        d = torch.as_tensor(tv_per_step, dtype=torch.float64)
+        coup, pins = ((T - t) * eps).clamp(max=1), ((T - t) * delta / 2).sqrt().clamp(max=1)
+        out.update({"adaptive_tv": 4 * (d * coup).sum().item(), "adaptive_kl": 4 * (d * pins).sum().item(),
+                    "adaptive": 4 * (d * torch.minimum(coup, pins)).sum().item()})
+    out["unified"] = min(v for k, v in out.items() if not k.startswith(("classical", "adaptive_")))
+    return out
 
 
 # ----------------------------------------------------------------------------- presets

@@ -243,3 +243,21 @@ def test_monitors_are_zero_on_policy_and_positive_off_policy():
     mu = lp - 0.2   # k1 per-token: mean(log mu - log pi) over the mask
     assert abs(mismatch_metrics(lp, mu, m)["kl"] + 0.2) < 1e-6
     assert mismatch_metrics(lp, mu, m)["ppl_ratio"] == pytest.approx(math.exp(-0.2), rel=1e-6)
+
+
+def test_trust_region_bounds_reproduce_the_paper_table():
+    """T = 4096: KL-only column (delta = 1e-4, Pinsker for the rest) and small-divergence
+    column (eps = 5e-3, D_KL^seq = 0.01, D_TV^seq = 0.05) of Li et al. (2025)."""
+    from rl_lab.corrections import trust_region_bounds
+    kl_only = trust_region_bounds(4096, 1e-4, kl_seq=0.01)
+    small = trust_region_bounds(4096, 1e-4, eps=5e-3, kl_seq=0.01, tv_seq=0.05)
+    assert kl_only["classical_kl"] == pytest.approx(1677.3, abs=0.05)
+    assert small["classical_tv"] == pytest.approx(838.7, abs=0.05)
+    assert kl_only["pm_kl"] == pytest.approx(34.95, abs=0.01) and small["pm_tv"] == pytest.approx(24.71, abs=0.01)
+    assert kl_only["mixed_kl"] == pytest.approx(8.19, abs=0.01) and small["mixed_tv"] == pytest.approx(4.10, abs=0.01)
+    assert kl_only["coupling"] == pytest.approx(113.8, abs=0.1) and small["coupling"] == pytest.approx(79.9, abs=0.1)
+    assert kl_only["unified"] == pytest.approx(8.19, abs=0.01) and small["unified"] == pytest.approx(4.10, abs=0.01)
+    # the adaptive bound's TV route recovers the coupling bound when every position has D_t = eps
+    adaptive = trust_region_bounds(4096, 1e-4, eps=5e-3, tv_per_step=[5e-3] * 4096)
+    assert adaptive["adaptive_tv"] == pytest.approx(small["coupling"], rel=1e-12)
+    assert adaptive["adaptive"] <= min(adaptive["adaptive_tv"], adaptive["adaptive_kl"])
