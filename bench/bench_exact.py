@@ -4,6 +4,8 @@ as the number of sequences V**T grows to ~10^6.
     python bench/bench_exact.py                 # tabular policy, V=2, T = 10..20, and V=4
     python bench/bench_exact.py --network       # also the linear network policy (dense scores)
     python bench/bench_exact.py --max-T 16      # a quicker run
+    python bench/bench_exact.py --threads 1     # often faster: the work is memory-bound, and on a
+                                                # busy machine a second thread mostly waits
 
 For each size it reports the time to build the problem (enumerate, log-prob tables, exact
 grad J, divergences) and the time for all nine estimators' exact moments (mean, bias,
