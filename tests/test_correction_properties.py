@@ -53,6 +53,8 @@ def _same_metrics(a: dict, b: dict):
     for k in a:
         if math.isnan(a[k]):
             assert math.isnan(b[k]), k
+        elif k.endswith("_std"):   # sqrt(E[x^2] - E[x]^2): compare variances, not their sqrt
+            assert b[k] ** 2 == pytest.approx(a[k] ** 2, rel=1e-9, abs=1e-12), k
         else:
             assert b[k] == pytest.approx(a[k], rel=1e-9, abs=1e-12), k
 
