@@ -130,6 +130,9 @@ class RLConfig(_Validated):
     top_k: int = 0
     sampler_dtype: str = "float32"
     """Precision of the rollout engine (bfloat16 makes a real training-inference mismatch)."""
+    use_vllm: bool = False
+    """Sample with vLLM in this process (rl_lab.vllm_engine.VLLMEngine; TRL's name), in
+    `sampler_dtype`, instead of the Hugging Face sampling loop. Needs tools/install_vllm.sh."""
     # --- mismatch injectors (rl_lab.injectors): ways the sampler mu drifts from pi ----------
     sampler_quantization: str | None = None
     """"int8": the sampler's linear layers are fake-quantised per output channel (W8A16)."""
@@ -220,6 +223,16 @@ class RLConfig(_Validated):
         _check_choice(self, "sampler_quantization", SAMPLER_QUANTIZATION)
         _check_range(self, "sampler_staleness", lo=0)
         _check_range(self, "sampler_logit_noise", lo=0)
+        if self.use_vllm:
+            injectors = [n for n in ("sampler_quantization", "sampler_staleness", "sampler_logit_noise")
+                         if getattr(self, n)]
+            if injectors:
+                raise ConfigError(f"use_vllm=True cannot be combined with {', '.join(injectors)}: those "
+                                  "injectors perturb the Hugging Face engine; set use_vllm=False or "
+                                  "turn them off")
+            if self.rollout_rs is not None and "_kl" in self.rollout_rs:
+                raise ConfigError(f"rollout_rs={self.rollout_rs!r} needs the sampler's full distributions, "
+                                  "which vLLM does not return; use a k1/k2/k3 option or use_vllm=False")
         _check_range(self, "min_p", lo=0, hi=1, hi_open=True)
         _check_range(self, "dvp_min_p", lo=0, hi=1, hi_open=True)
         _check_choice(self, "advantage_estimator", ADV_ESTIMATORS)

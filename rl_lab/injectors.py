@@ -72,7 +72,11 @@ class MismatchEngine(HFEngine):
 
 
 def make_engine(config, model, tokenizer) -> HFEngine:
-    """The rollout engine for an RLConfig: a plain HFEngine unless an injector is on."""
+    """The rollout engine for an RLConfig: vLLM with `use_vllm`, else a plain HFEngine unless an
+    injector is on."""
+    if getattr(config, "use_vllm", False):
+        from rl_lab.vllm_engine import VLLMEngine
+        return VLLMEngine(model, tokenizer, dtype=config.sampler_dtype, seed=config.seed)
     perturbed = (config.sampler_quantization is not None or config.sampler_staleness > 0
                  or config.sampler_logit_noise > 0)
     if not perturbed:

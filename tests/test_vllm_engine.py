@@ -96,6 +96,14 @@ def test_eos_padding_truncation_and_determinism(setup):
     assert torch.equal(g1.completion_ids[0::2], g1.completion_ids[1::2])  # top_k=1 is greedy
 
 
+def test_use_vllm_config_errors_name_the_field():
+    from rl_lab.config import ConfigError
+    with pytest.raises(ConfigError, match="sampler_staleness"):
+        RLConfig(use_vllm=True, sampler_staleness=2)
+    with pytest.raises(ConfigError, match="rollout_rs"):
+        RLConfig(use_vllm=True, rollout_rs="seq_max_kl")
+
+
 def test_bad_dtype_is_rejected():
     from rl_lab.vllm_engine import VLLMEngine
     with pytest.raises(ValueError, match="dtype"):
@@ -110,11 +118,12 @@ def test_trainer_runs_end_to_end_on_vllm_bf16():
     from rl_lab.vllm_engine import VLLMEngine
     model, tok = load_warm_start("addition")
     cfg = RLConfig(task="addition", task_kwargs={"digits": 2}, max_steps=6, prompts_per_step=4,
-                   num_generations=4, max_completion_length=6, progress_bar=False, eval_steps=0,
-                   output_dir=None)
-    engine = VLLMEngine(model, tok, dtype="bfloat16")
-    trainer = Trainer(cfg, model=model, tokenizer=tok, engine=engine)
+                   num_generations=4, max_completion_length=6, progress_bar=False, eval_steps=3,
+                   output_dir=None, use_vllm=True, sampler_dtype="bfloat16", rollout_is="token")
+    trainer = Trainer(cfg, model=model, tokenizer=tok)
+    assert isinstance(trainer.engine, VLLMEngine)
     df = trainer.train()
-    assert len(df) == 6 and engine.syncs >= 6
+    assert len(df) == 6 and trainer.engine.syncs >= 6
+    assert np.isfinite(df["eval/reward"].dropna()).all() and df["eval/reward"].notna().sum() == 2
     assert np.isfinite(df["loss"]).all() and np.isfinite(df["rollout_corr/k3_kl"]).all()
     assert (df["rollout_corr/k3_kl"] > 0).all()                          # bf16 sampler: a real gap
