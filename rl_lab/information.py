@@ -142,20 +142,22 @@ def bernoulli_kl_bits(p, q) -> np.ndarray:
 
 
 def bits_learned(p_before, p_after) -> dict:
-    """How far training moved the success pattern over a set of prompts, in bits.
+    """What training did to the success pattern over a set of prompts, in bits.
 
-    p_before, p_after: (N,) success probabilities of each prompt before and after RL.
-      success_kl: sum_x KL(Bern(p_after(x)) || Bern(p_before(x))) -- the evidence a Bayesian
-                  would need to move its success predictions from p_before to p_after
-                  (its expectation over data is the mutual information between data and
-                  the unknowns).  Every move counts, drift included, so it errs high.
+    p_before, p_after: (N,) success probabilities pi(answer | x) before and after RL.
       code_length_gain: sum_x log2(p_after / p_before) -- bits saved coding the reference
-                  answers with the trained policy instead of the initial one.
+                  answers with the trained policy instead of the initial one: the empirical
+                  bits *learned* about the answers (negative if they became less likely).
+                  If p_before were the Bayesian prior predictive, its expectation could not
+                  exceed the mutual information between the data and the answers, so the
+                  theorem caps it at the sum of the per-episode ceilings.
+      success_kl: sum_x KL(Bern(p_after(x)) || Bern(p_before(x))) -- how far the success
+                  pattern *moved*; noise-driven drift counts too, so it is not capped.
     """
     p0 = np.clip(np.asarray(p_before, dtype=np.float64), 1e-12, 1.0)
     p1 = np.clip(np.asarray(p_after, dtype=np.float64), 1e-12, 1.0)
-    return {"success_kl": float(bernoulli_kl_bits(p1, p0).sum()),
-            "code_length_gain": float(np.log2(p1 / p0).sum())}
+    return {"code_length_gain": float(np.log2(p1 / p0).sum()),
+            "success_kl": float(bernoulli_kl_bits(p1, p0).sum())}
 
 
 # ---------------------------------------------------------------- real model shapes

@@ -177,11 +177,82 @@ def first_step_kl(model, batch, advantages: torch.Tensor, learning_rate: float) 
 
 
 def matched_lr_factor(model, batch, advantages: torch.Tensor, rank: int, learning_rate: float = 1e-5,
-                      alpha: float = LORA_ALPHA, seed: int = 0) -> float:
+                      alpha: float = LORA_ALPHA, seeds=(0, 1, 2)) -> float:
     """The factor k such that one LoRA step at k * lr moves the policy as far (in KL) as one
-    full fine-tuning step at lr: sqrt(KL_full(lr) / KL_lora(lr)), using KL ~ lr^2 for small
-    steps.  `model` is left untouched."""
+    full fine-tuning step at lr: sqrt(KL_full(lr) / mean KL_lora(lr)), using KL ~ lr^2 for
+    small steps.  The LoRA KL is averaged over adapters drawn with `seeds`: at low rank it
+    depends on the random A.  `model` is left untouched."""
     kl_full = first_step_kl(model, batch, advantages, learning_rate)
-    lora = apply_lora(copy.deepcopy(model), rank, alpha, seed=seed)
-    kl_lora = first_step_kl(lora, batch, advantages, learning_rate)
-    return math.sqrt(kl_full / kl_lora)
+    kl_lora = [first_step_kl(apply_lora(copy.deepcopy(model), rank, alpha, seed=s), batch, advantages,
+                             learning_rate) for s in seeds]
+    return math.sqrt(kl_full / (sum(kl_lora) / len(kl_lora)))
+
+
+# ---------------------------------------------------------------- one run, full FT or LoRA
+
+
+def train_adapter_run(config, rank: int | None, task=None, reward_funcs=None, lr_factor: float = LORA_LR_FACTOR,
+                      eval_examples: list[dict] | None = None, eval_every: int = 0, alpha: float = LORA_ALPHA):
+    """Train the shipped warm start of `config.task` with full fine-tuning (`rank=None`, at
+    config.learning_rate) or rank-`rank` LoRA (at lr_factor x config.learning_rate).
+
+    Every `eval_every` steps (and at the end) the exact success probability
+    pi(answer + <eos> | prompt), averaged over `eval_examples`, is recorded as `success`
+    (teacher forcing: no sampling noise); `df.attrs` holds `success_start` and the
+    per-prompt probabilities `p_start`, `p_end` (N,) before and after training.  Returns (trainer, metrics DataFrame with `episodes` = prompts x generations
+    so far and `trainable` = number of trained parameters).
+    """
+    import numpy as np
+
+    from rl_lab.information import answer_probabilities
+    from rl_lab.models import load_warm_start
+    from rl_lab.trainer import Trainer
+
+    model, tok = load_warm_start(config.task)
+    if rank is not None:
+        model = apply_lora(model, rank, alpha, seed=config.seed)
+        config = config.replace(learning_rate=lora_learning_rate(config.learning_rate, lr_factor))
+    trainer = Trainer(config, model=model, tokenizer=tok, task=task, reward_funcs=reward_funcs)
+
+    def success():
+        return answer_probabilities(trainer.model, tok, eval_examples) if eval_examples else np.full(1, np.nan)
+
+    p_start = p_end = success()
+    for step in range(config.max_steps):
+        metrics = trainer.step()
+        if eval_examples and eval_every and ((step + 1) % eval_every == 0 or step + 1 == config.max_steps):
+            p_end = success()
+            metrics["success"] = float(p_end.mean())
+        trainer.history.append(metrics)
+    df = trainer.metrics()
+    df.attrs.update(success_start=float(p_start.mean()), p_start=p_start, p_end=p_end)
+    df["episodes"] = df["step"] * config.prompts_per_step * config.num_generations
+    df["trainable"] = num_trainable(trainer.model)
+    return trainer, df
+
+
+# Sizes of chapter 10's rank sweep (lab 10 and bench/bench_lora_ranks.py), by preset.
+LORA_SWEEP_SIZES: dict[str, dict] = {
+    "smoke": dict(ranks=(1,), unscaled_ranks=(), seeds=(0, 1), steps=15, prompts_per_step=8, num_generations=8,
+                  warmup_steps=5, eval_every=15, eval_prompts=128),
+    "laptop": dict(ranks=(1, 4, 16, 64), unscaled_ranks=(1,), seeds=(0, 1, 2), steps=300, prompts_per_step=16,
+                   num_generations=8, warmup_steps=10, eval_every=25, eval_prompts=512),
+    "gpu": dict(ranks=(1, 2, 4, 8, 16, 32, 64), unscaled_ranks=(1,), seeds=(0, 1, 2, 3, 4), steps=1000,
+                prompts_per_step=32, num_generations=16, warmup_steps=20, eval_every=50, eval_prompts=1024),
+}
+"""ranks: LoRA at LORA_LR_FACTOR x the full-FT learning rate; unscaled_ranks: LoRA at the
+full-FT learning rate itself (the rule switched off)."""
+
+
+def sweep_config(preset: str | None = None, seed: int = 0, **overrides):
+    """The `RLConfig` of one run of the rank sweep: the shipped 2-digit addition warm start,
+    full-FT learning rate 5e-5 (LoRA gets LORA_LR_FACTOR x), linear warm-up, answers of at
+    most 3 digits + <eos> (max_completion_length=4)."""
+    from rl_lab.config import get_preset, preset_name
+
+    sizes = LORA_SWEEP_SIZES[preset_name(preset)]
+    base = dict(task="addition", max_steps=sizes["steps"], prompts_per_step=sizes["prompts_per_step"],
+                num_generations=sizes["num_generations"], warmup_steps=sizes["warmup_steps"],
+                max_completion_length=4, learning_rate=5e-5, seed=seed, progress_bar=False)
+    base.update(overrides)
+    return get_preset(preset, **base)

@@ -68,6 +68,16 @@ class Task:
             return digit_token_rewards(pred, example["answer"])
         return [0.0] * len(pred) + [float(self.score(completion, example))]
 
+    def token_return(self, prompts=None, completions=None, answer=None, **kwargs) -> list[float]:
+        """TRL-style reward function: the return G = sum_t r_t of `token_rewards`, one float
+        per completion (with "partial": #right - #wrong characters, - 1 if the length is off)."""
+        if completions is None or answer is None:
+            raise TypeError(f"{self.name}.token_return needs completions= and answer=")
+        columns = {"answer": answer, **{k: v for k, v in kwargs.items() if isinstance(v, list)}}
+        return [float(sum(self.token_rewards(c, {k: v[i] for k, v in columns.items()
+                                                 if len(v) == len(completions)})))
+                for i, c in enumerate(completions)]
+
     def __call__(self, *args, **kwargs):
         return self.reward(*args, **kwargs)
 

@@ -71,7 +71,7 @@ def test_plugin_entropy():
 def test_bernoulli_kl_and_bits_learned():
     assert bernoulli_kl_bits(0.5, 0.25) == pytest.approx(0.5 + 0.5 * math.log2(2 / 3))
     assert bernoulli_kl_bits(0.3, 0.3) == pytest.approx(0.0, abs=1e-12)
-    out = bits_learned([0.25, 0.5], [0.5, 0.5])
+    out = bits_learned([0.25, 0.5], [0.5, 0.5])  # learned 1 bit on the first prompt
     assert out["success_kl"] == pytest.approx(0.5 + 0.5 * math.log2(2 / 3))
     assert out["code_length_gain"] == pytest.approx(1.0)          # log2(0.5 / 0.25) + 0
     assert bits_learned([0.4] * 3, [0.4] * 3)["success_kl"] == pytest.approx(0.0, abs=1e-12)
@@ -139,3 +139,12 @@ def test_all_addition_examples():
     assert len(Addition(digits=1).all_examples()) == 100
     with pytest.raises(ValueError, match="digits"):
         Addition(digits=4).all_examples()
+
+
+def test_token_return_is_a_trl_reward_function():
+    task = Addition(reward_mode="partial")
+    out = task.token_return(prompts=["40+42=", "40+42=", "40+42="], completions=["82", "83", "8"],
+                            answer=["82"] * 3, completion_ids=[[1], [1], [1]])
+    assert out == [2.0, 0.0, 0.0]          # "8": +1 for the 8, -1 for stopping early
+    assert Addition().token_return(completions=["82", "83"], answer=["82", "82"]) == [1.0, 0.0]
+    assert task.token_return.__name__ == "token_return"

@@ -124,6 +124,27 @@ def test_first_step_kl_is_quadratic_and_the_lr_factor_rank_free(warm):
     k1, k2 = first_step_kl(model, batch, adv, 1e-6), first_step_kl(model, batch, adv, 2e-6)
     assert changed_parameters(model, before) == [], "works on a copy"
     assert 3.0 < k2 / k1 < 5.0                       # KL ~ lr^2 for small steps
-    f1, f16 = matched_lr_factor(model, batch, adv, 1), matched_lr_factor(model, batch, adv, 16)
+    f1, f16 = matched_lr_factor(model, batch, adv, 1), matched_lr_factor(model, batch, adv, 16)  # 3 seeds each
     assert 1.0 < f1 < 100 and 1.0 < f16 < 100
     assert 0.67 < f1 / f16 < 1.5, "with alpha/r scaling the matched factor hardly depends on the rank"
+
+
+def test_train_adapter_run_records_exact_success_and_scales_the_lr():
+    from rl_lab.lora import LORA_LR_FACTOR, LORA_SWEEP_SIZES, sweep_config, train_adapter_run
+    from rl_lab.tasks import Addition
+
+    for preset in LORA_SWEEP_SIZES:
+        assert sweep_config(preset).max_steps == LORA_SWEEP_SIZES[preset]["steps"]
+    cfg = sweep_config("smoke", seed=1, max_steps=2, prompts_per_step=2, num_generations=4)
+    task = Addition(reward_mode="partial")
+    evalset = Addition().make_dataset(8, seed=3)
+    trainer, df = train_adapter_run(cfg, 1, task=task, reward_funcs=[task.token_return], eval_examples=evalset,
+                                    eval_every=1)
+    assert trainer.optimizer.param_groups[0]["lr"] <= cfg.learning_rate * LORA_LR_FACTOR
+    assert trainer.config.learning_rate == pytest.approx(cfg.learning_rate * LORA_LR_FACTOR)
+    assert list(df.episodes) == [8, 16] and (df.trainable == 4096).all()
+    assert df.attrs["p_start"].shape == df.attrs["p_end"].shape == (8,)
+    assert df.success.iloc[-1] == pytest.approx(df.attrs["p_end"].mean())
+    assert "rewards/token_return/mean" in df.columns
+    _, full = train_adapter_run(cfg, None, task=task, reward_funcs=[task.token_return])
+    assert (full.trainable == 304_256).all() and "success" not in full
