@@ -5,7 +5,7 @@ side by side in one run, plus the bits learned (code-length gain over the task's
 
     python bench/bench_lora_ranks.py                    # laptop sizes (ranks 1-64, 3 seeds)
     python bench/bench_lora_ranks.py --preset smoke     # the lab's smoke sizes
-    python bench/bench_lora_ranks.py --workers 2 --out runs/lora_ranks.json
+    python bench/bench_lora_ranks.py --workers 2 --out runs/lora_ranks.jsonl   # resumable
 
 Runs are independent processes with one thread each (bit-for-bit reproducible per seed).
 Prints a Markdown table.
@@ -58,28 +58,41 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="laptop", choices=list(LORA_SWEEP_SIZES))
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--out", type=Path, default=None, help="write every run's numbers as JSON")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="append every finished run as a JSON line; rerunning resumes from it")
     args = ap.parse_args(argv)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
 
     sizes = LORA_SWEEP_SIZES[args.preset]
     variants = [(None, 1.0)] + [(r, LORA_LR_FACTOR) for r in sizes["ranks"]] + [(r, 1.0) for r in sizes["unscaled_ranks"]]
     jobs = [(t, r, f, s, args.preset) for t in ("terminal", "dense") for r, f in variants for s in sizes["seeds"]]
+    rows = []
+    if args.out and args.out.exists():  # resume: keep finished runs (one JSON object per line)
+        rows = [json.loads(line) for line in args.out.read_text().splitlines() if line.strip()]
+        done = {(r["task"], r["rank"], r["lr_factor"], r["seed"]) for r in rows}
+        jobs = [j for j in jobs if j[:4] not in done]
     t0 = time.perf_counter()
     with mp.get_context("spawn").Pool(args.workers) as pool:
-        rows = pool.map(_rl_run, jobs, chunksize=1)
+        for row in pool.imap_unordered(_rl_run, jobs, chunksize=1):
+            rows.append(row)
+            if args.out:
+                with open(args.out, "a") as f:
+                    f.write(json.dumps(row) + "\n")
     wall = time.perf_counter() - t0
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(rows, indent=1))
 
     rl = pd.DataFrame(rows)
     rl["variant"] = [("full FT" if pd.isna(r) else f"LoRA r={int(r)}" + ("" if f == LORA_LR_FACTOR else f", lr x{f:g}"))
                      for r, f in zip(rl["rank"], rl["lr_factor"])]
+    order = {("terminal", 0): 0, ("dense", 0): 1}
+    rl["order"] = [order[t, 0] * 100 + [(None if pd.isna(r) else int(r), f) for r, f in variants].index(
+        (None if pd.isna(r) else int(r), f)) for t, r, f in zip(rl.task, rl["rank"], rl.lr_factor)]
+    rl = rl.sort_values(["order", "seed"])
     rl["success_gain"] = rl.success_end - rl.success_start
     rl["reward_gain"] = rl.reward_last - rl.reward_first
     print(f"preset {args.preset}: {sizes['steps']} steps x {sizes['prompts_per_step'] * sizes['num_generations']} "
           f"episodes, seeds {list(sizes['seeds'])}; full-FT lr 5e-5, LoRA lr x{LORA_LR_FACTOR:g} unless noted; "
-          f"{wall:.0f} s wall with {args.workers} workers\n")
+          f"{wall:.0f} s wall with {args.workers} workers (this call)\n")
     print("| task | variant | trainable | Δ exact success (held out) | Δ training reward (last − first fifth) "
           "| bits learned (code-length gain, task) |")
     print("|---|---|---|---|---|---|")
