@@ -141,18 +141,29 @@ def bernoulli_kl_bits(p, q) -> np.ndarray:
     return (p * np.log2(p / q) + (1 - p) * np.log2((1 - p) / (1 - q)))
 
 
+def run_ceiling_bits(episodes, reward_entropy) -> float:
+    """The most a run with a pass/fail reward could have learned, in bits: the integral over
+    episodes of the per-episode ceiling h(p) at the policy of the time (trapezoid rule).
+
+    episodes: (K,) increasing episode counts at which the policy was evaluated (start at 0);
+    reward_entropy: (K,) mean binary entropy of the success probability there."""
+    e, h = np.asarray(episodes, dtype=np.float64), np.asarray(reward_entropy, dtype=np.float64)
+    if e.shape != h.shape or e.ndim != 1 or len(e) < 2 or np.any(np.diff(e) <= 0):
+        raise ValueError("run_ceiling_bits needs two 1-D arrays of equal length >= 2, episodes increasing")
+    return float(np.sum(np.diff(e) * (h[1:] + h[:-1]) / 2))
+
+
 def bits_learned(p_before, p_after) -> dict:
     """What training did to the success pattern over a set of prompts, in bits.
 
     p_before, p_after: (N,) success probabilities pi(answer | x) before and after RL.
       code_length_gain: sum_x log2(p_after / p_before) -- bits saved coding the reference
-                  answers with the trained policy instead of the initial one: the empirical
-                  bits *learned* about the answers (negative if they became less likely).
-                  If p_before were the Bayesian prior predictive, its expectation could not
-                  exceed the mutual information between the data and the answers, so the
-                  theorem caps it at the sum of the per-episode ceilings.
+                  answers with the trained policy instead of the initial one: the improvement
+                  of behaviour, counted prompt by prompt (negative if the answers became less
+                  likely overall).  It is not capped by the theorem: one learned fact shared by
+                  many prompts is counted once per prompt.
       success_kl: sum_x KL(Bern(p_after(x)) || Bern(p_before(x))) -- how far the success
-                  pattern *moved*; noise-driven drift counts too, so it is not capped.
+                  pattern moved; noise-driven drift counts too.
     """
     p0 = np.clip(np.asarray(p_before, dtype=np.float64), 1e-12, 1.0)
     p1 = np.clip(np.asarray(p_after, dtype=np.float64), 1e-12, 1.0)

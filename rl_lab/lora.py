@@ -198,13 +198,14 @@ def train_adapter_run(config, rank: int | None, task=None, reward_funcs=None, lr
 
     Every `eval_every` steps (and at the end) the exact success probability
     pi(answer + <eos> | prompt), averaged over `eval_examples`, is recorded as `success`
-    (teacher forcing: no sampling noise); `df.attrs` holds `success_start` and the
-    per-prompt probabilities `p_start`, `p_end` (N,) before and after training.  Returns (trainer, metrics DataFrame with `episodes` = prompts x generations
+    (teacher forcing: no sampling noise), with `reward_entropy` = mean h(p(x)), the bits a
+    pass/fail reward can carry per episode at that point; `df.attrs` holds `success_start`,
+    `reward_entropy_start` and the per-prompt probabilities `p_start`, `p_end` (N,).  Returns (trainer, metrics DataFrame with `episodes` = prompts x generations
     so far and `trainable` = number of trained parameters).
     """
     import numpy as np
 
-    from rl_lab.information import answer_probabilities
+    from rl_lab.information import answer_probabilities, binary_entropy_bits
     from rl_lab.models import load_warm_start
     from rl_lab.trainer import Trainer
 
@@ -223,9 +224,11 @@ def train_adapter_run(config, rank: int | None, task=None, reward_funcs=None, lr
         if eval_examples and eval_every and ((step + 1) % eval_every == 0 or step + 1 == config.max_steps):
             p_end = success()
             metrics["success"] = float(p_end.mean())
+            metrics["reward_entropy"] = float(binary_entropy_bits(p_end).mean())
         trainer.history.append(metrics)
     df = trainer.metrics()
-    df.attrs.update(success_start=float(p_start.mean()), p_start=p_start, p_end=p_end)
+    df.attrs.update(success_start=float(p_start.mean()), p_start=p_start, p_end=p_end,
+                    reward_entropy_start=float(binary_entropy_bits(p_start).mean()))
     df["episodes"] = df["step"] * config.prompts_per_step * config.num_generations
     df["trainable"] = num_trainable(trainer.model)
     return trainer, df

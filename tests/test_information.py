@@ -148,3 +148,12 @@ def test_token_return_is_a_trl_reward_function():
     assert out == [2.0, 0.0, 0.0]          # "8": +1 for the 8, -1 for stopping early
     assert Addition().token_return(completions=["82", "83"], answer=["82", "82"]) == [1.0, 0.0]
     assert task.token_return.__name__ == "token_return"
+
+
+def test_run_ceiling_is_the_trapezoid_integral():
+    from rl_lab.information import run_ceiling_bits
+
+    assert run_ceiling_bits([0, 100], [1.0, 1.0]) == pytest.approx(100.0)
+    assert run_ceiling_bits([0, 100, 300], [1.0, 0.5, 0.5]) == pytest.approx(75 + 100)
+    with pytest.raises(ValueError, match="increasing"):
+        run_ceiling_bits([0, 0], [1.0, 1.0])

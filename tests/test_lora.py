@@ -145,6 +145,7 @@ def test_train_adapter_run_records_exact_success_and_scales_the_lr():
     assert list(df.episodes) == [8, 16] and (df.trainable == 4096).all()
     assert df.attrs["p_start"].shape == df.attrs["p_end"].shape == (8,)
     assert df.success.iloc[-1] == pytest.approx(df.attrs["p_end"].mean())
+    assert 0 < df.reward_entropy.iloc[-1] <= 1 and 0 < df.attrs["reward_entropy_start"] <= 1
     assert "rewards/token_return/mean" in df.columns
     _, full = train_adapter_run(cfg, None, task=task, reward_funcs=[task.token_return])
     assert (full.trainable == 304_256).all() and "success" not in full
