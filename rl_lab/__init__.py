@@ -22,3 +22,4 @@ __all__ = [
 ]
 from rl_lab import exact  # noqa: E402,F401  (rl_lab.exact: enumerable ground truth)
 from rl_lab import bandits  # noqa: E402,F401  (chapter 11: exploration with ensembles)
+from rl_lab import compare  # noqa: E402,F401  (chapter 5: methods x seeds, mean +- std)
