@@ -13,3 +13,4 @@ from rl_lab.exact.sga import (best_step, expected_progress, objective_at, per_se
 from rl_lab.exact.bounds import estimator_bounds, score_sups, simulation_lemma
 from rl_lab.exact.analysis import (bound_optimal_threshold, estimator_table, expected_ascent,
                                    loglog_slope, mc_errors, threshold_sweep)
+from rl_lab.exact.trust_region import error_identity, surrogate_error, trm_bound_table, trm_divergences
