@@ -183,7 +183,7 @@ class Trainer:
         # ADVANTAGES, per token; like verl they see the corrected mask and weights
         advantages = token_advantages(cfg.advantage_estimator, rewards, mask, batch.group_ids, valid,
                                       cfg.scale_rewards, cfg.gamma, old_logp_safe,
-                                      sum_pi_squared(logp_all.detach()), is_weights)     # (B, T)
+                                      self._collision_probs(logp_all), is_weights)       # (B, T)
         ref_logp = None
         if self.ref_model is not None:
             with torch.no_grad():
@@ -243,6 +243,12 @@ class Trainer:
         out = sequence_logprobs(self.model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
                                 cfg.temperature, with_entropy=full, dvp_min_p=cfg.dvp_min_p, return_all=True)
         return out if full else (out[0], out[-1])
+
+    def _collision_probs(self, logp_all):
+        """sum_v pi_v^2 per token (B, T), needed only by the optimal token baseline (else None)."""
+        if self.config.advantage_estimator != "optimal_token_baseline":
+            return None
+        return sum_pi_squared(logp_all.detach())
 
     def _sampler_logprobs(self, batch: RolloutBatch, old_logp):
         """mu's log-probs; an engine that reports none is allowed only when nothing needs them
