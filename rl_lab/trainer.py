@@ -217,9 +217,10 @@ class Trainer:
             params = [p for p in self.model.parameters() if p.requires_grad]
             grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm).item()
             loss_value = loss.item()
-            if math.isfinite(grad_norm) and math.isfinite(loss_value):
+            if math.isfinite(grad_norm) and math.isfinite(loss_value) and bool(loss_mask.any()):
                 self.optimizer.step()
-            else:  # never let a NaN/inf reach the weights
+            else:  # never let a NaN/inf reach the weights; an all-masked batch teaches nothing
+                   # (AdamW would still move the weights by its momentum)
                 skipped += 1
                 self.optimizer.zero_grad(set_to_none=True)
         self.global_step += 1

@@ -127,6 +127,21 @@ def test_a_nonfinite_gradient_skips_the_step_and_keeps_the_weights():
         torch.testing.assert_close(after[k], before[k], rtol=0, atol=0, equal_nan=True)
 
 
+def test_an_all_rejected_batch_skips_the_step_and_keeps_the_weights():
+    """A mask that rejects every sequence leaves nothing to learn from: no AdamW step (its
+    momentum from earlier batches would still move the weights), counted as skipped."""
+    tr = Trainer(_cfg(max_steps=2, sampler_logit_noise=0.1))
+    assert tr.step()["faults/skipped_steps"] == 0                       # builds Adam momentum
+    before = _weights(tr.model)
+    tr.config = tr.config.replace(rollout_rs="seq_max_k2", rollout_rs_threshold=1e-12)
+    m = tr.step()
+    assert m["rollout_corr/rollout_rs_seq_masked_fraction"] == 1.0
+    assert m["loss"] == 0.0 and m["faults/skipped_steps"] == 1
+    after = tr.model.state_dict()
+    for k in before:
+        torch.testing.assert_close(after[k], before[k], rtol=0, atol=0)
+
+
 def test_ppo_iterations_reinforce_beta_and_is_hook_run():
     for kw in (dict(num_iterations=2), dict(policy_loss="reinforce"), dict(beta=0.1),
                dict(rollout_is="sequence", sampler_dtype="bfloat16"),
