@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from rl_lab.config import SamplingConfig
 from rl_lab.corrections import safe_vocabulary
+from rl_lab.fast_decode import StaticDecoder, supports
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -107,7 +108,9 @@ class HFEngine:
     With `dtype` equal to the trainer's and `copy_weights=False` (the default for fp32) the
     engine samples from the trainer's own module: no copy, no sync.  Otherwise it keeps its
     own copy in `dtype` and `sync_weights(model)` copies the trainer's weights in memory.
-    With `record_full_logprobs` each batch also carries the sampler's full (B, T, V)
+    Qwen2/Llama models decode through `rl_lab.fast_decode.StaticDecoder` (a preallocated cache,
+    the model's own modules; set `fast = False` for the Hugging Face forward, the reference it is
+    tested against).  With `record_full_logprobs` each batch also carries the sampler's full (B, T, V)
     log-distributions (for exact per-context divergences).  Subclasses perturb the sampler
     through `perturb_logits` and `sync_weights` (see rl_lab.injectors).
     """
@@ -126,6 +129,7 @@ class HFEngine:
         if copy_weights:
             self.model.requires_grad_(False)
         self.record_full_logprobs = False
+        self.fast = True   # rl_lab.fast_decode for Qwen2/Llama models; False: the HF forward
 
     def perturb_logits(self, logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         """Hook on the raw (B, V) logits before sampling; the identity here."""
@@ -172,13 +176,18 @@ class HFEngine:
         positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)              # (B, P)
 
         # prefill: one forward over the prompt, keep only the last position's logits
-        out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions,
-                    use_cache=True, logits_to_keep=1)
-        cache_arg = _cache_argument(model)
-        cache, next_pos = _returned_cache(out), positions[:, -1:] + 1      # (B, 1)
         P = prompt_ids.shape[1]
+        next_pos = positions[:, -1:] + 1                                   # (B, 1)
+        if self.fast and supports(model):   # same modules and math, no per-call HF overhead
+            decoder = StaticDecoder(model, B, P + T)
+            logits = decoder.prefill(prompt_ids, prompt_mask, positions)   # (B, V)
+        else:
+            decoder, cache_arg = None, _cache_argument(model)
+            out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions,
+                        use_cache=True, logits_to_keep=1)
+            cache, logits = _returned_cache(out), out.logits[:, -1]
         for t in range(T):
-            logp = process_logits(self.perturb_logits(out.logits[:, -1], generator), sampling)  # (B, V)
+            logp = process_logits(self.perturb_logits(logits, generator), sampling)  # (B, V)
             if full is not None:
                 full.append(logp)
             tokens, token_logp = sample_tokens(logp, generator)            # (B,), (B,)
@@ -189,9 +198,13 @@ class HFEngine:
             finished |= tokens == eos
             if finished.all() or t == T - 1:
                 break
-            out = model(input_ids=completion_ids[:, t : t + 1], attention_mask=attn[:, : P + t + 1],
-                        position_ids=next_pos, use_cache=True, **{cache_arg: cache})
-            cache, next_pos = _returned_cache(out), next_pos + 1
+            if decoder is not None:
+                logits = decoder.step(completion_ids[:, t], next_pos[:, 0])
+            else:
+                out = model(input_ids=completion_ids[:, t : t + 1], attention_mask=attn[:, : P + t + 1],
+                            position_ids=next_pos, use_cache=True, **{cache_arg: cache})
+                cache, logits = _returned_cache(out), out.logits[:, -1]
+            next_pos = next_pos + 1
 
         model.train(was_training)
         has_eos = ((completion_ids == eos) & completion_mask.bool()).any(-1)

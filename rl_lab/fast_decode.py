@@ -1,0 +1,117 @@
+"""A static-cache decoder for Qwen2/Llama-family Hugging Face models (the HF engine's fast path).
+
+For a tiny model, a call to the Hugging Face forward costs far more in Python (mask building,
+cache objects, output dataclasses, keyword plumbing) than in arithmetic, and sampling calls it
+once per generated token.  `StaticDecoder` runs the same modules of the same model -- embedding,
+RMSNorms, q/k/v/o projections, rotary embedding, MLP, lm_head -- with the same attention math
+(scaled dot-product attention over repeated KV heads) on a key/value cache preallocated for
+prompt + completion, so a decode step is little more than the model's own operations.  The
+weights are the model's, read at call time: a synced, quantised or stale sampler copy is used
+as it is.  `supports(model)` says when it applies; `HFEngine` falls back to the Hugging Face
+forward otherwise.  tests/test_rollout.py checks it against that forward (log-probs to 1e-5,
+same tokens).
+
+    dec = StaticDecoder(model, batch_size=B, max_len=P + T)
+    logits = dec.prefill(prompt_ids, prompt_mask, positions)   # (B, V), last prompt position
+    logits = dec.step(tokens, positions[:, -1] + 1)            # (B, V), one new token per row
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+SUPPORTED = ("qwen2", "llama")
+
+
+def supports(model) -> bool:
+    """Qwen2/Llama layout (pre-norm blocks, rotary, GQA), no sliding window, no rope scaling
+    that depends on the sequence length, plain causal attention implementation."""
+    cfg = getattr(model, "config", None)
+    if cfg is None or getattr(cfg, "model_type", None) not in SUPPORTED:
+        return False
+    if type(model).__name__ not in ("Qwen2ForCausalLM", "LlamaForCausalLM"):   # e.g. a PeftModel wrapper
+        return False
+    if getattr(cfg, "use_sliding_window", False):
+        return False
+    scaling = getattr(cfg, "rope_scaling", None) or {}
+    if scaling.get("rope_type", scaling.get("type", "default")) not in ("default", None):
+        return False
+    return getattr(cfg, "_attn_implementation", "sdpa") in ("sdpa", "eager")
+
+
+def _rotate_half(x):
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class StaticDecoder:
+    """Prefill + one-token steps on a preallocated cache of shape (L, B, H_kv, max_len, D)."""
+
+    def __init__(self, model, batch_size: int, max_len: int):
+        if not supports(model):
+            raise ValueError(f"StaticDecoder supports {SUPPORTED} models without sliding window; "
+                             f"got model_type={getattr(model.config, 'model_type', None)!r}")
+        self.model, self.core = model, model.model
+        cfg = model.config
+        self.layers = list(self.core.layers)
+        self.n_kv = cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.groups = cfg.num_attention_heads // self.n_kv
+        p = next(model.parameters())
+        shape = (len(self.layers), batch_size, self.n_kv, max_len, self.head_dim)
+        self.k = torch.zeros(shape, dtype=p.dtype, device=p.device)
+        self.v = torch.zeros(shape, dtype=p.dtype, device=p.device)
+        self.key_ok = torch.zeros(batch_size, max_len, dtype=torch.bool, device=p.device)  # (B, S)
+        self.length = 0                                                   # cache positions filled
+
+    def _attend(self, i: int, layer, h, cos, sin, mask):
+        """One attention block on h (B, q, E): writes its keys/values at [length, length+q)."""
+        attn = layer.self_attn
+        B, q, _ = h.shape
+        shape = (B, q, -1, self.head_dim)
+        qs = attn.q_proj(h).view(shape).transpose(1, 2)                   # (B, H, q, D)
+        ks = attn.k_proj(h).view(shape).transpose(1, 2)                   # (B, Hkv, q, D)
+        vs = attn.v_proj(h).view(shape).transpose(1, 2)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)                     # (B, 1, q, D)
+        qs = qs * cos + _rotate_half(qs) * sin
+        ks = ks * cos + _rotate_half(ks) * sin
+        end = self.length + q
+        self.k[i, :, :, self.length:end] = ks
+        self.v[i, :, :, self.length:end] = vs
+        keys, values = self.k[i, :, :, :end], self.v[i, :, :, :end]       # (B, Hkv, S, D)
+        if self.groups > 1:
+            keys = keys.repeat_interleave(self.groups, dim=1)             # (B, H, S, D)
+            values = values.repeat_interleave(self.groups, dim=1)
+        out = F.scaled_dot_product_attention(qs, keys, values, attn_mask=mask, scale=attn.scaling)
+        return attn.o_proj(out.transpose(1, 2).reshape(B, q, -1))         # (B, q, E)
+
+    def _forward(self, ids, positions, mask):
+        """ids, positions: (B, q); mask: (B, 1, q, length+q) bool, True = attend -> (B, V)
+        logits of the last position."""
+        h = self.core.embed_tokens(ids)                                   # (B, q, E)
+        cos, sin = self.core.rotary_emb(h, positions)                     # (B, q, D) each
+        for i, layer in enumerate(self.layers):
+            h = h + self._attend(i, layer, layer.input_layernorm(h), cos, sin, mask)
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+        self.length += ids.shape[1]
+        return self.model.lm_head(self.core.norm(h[:, -1:]))[:, 0]       # (B, V)
+
+    @torch.no_grad()
+    def prefill(self, prompt_ids, prompt_mask, positions):
+        """prompt_ids, prompt_mask, positions: (B, P), left-padded -> (B, V) next-token logits."""
+        P = prompt_ids.shape[1]
+        self.length = 0
+        self.key_ok.zero_()
+        self.key_ok[:, :P] = prompt_mask.bool()
+        causal = torch.ones(P, P, dtype=torch.bool, device=prompt_ids.device).tril()
+        # a padding query sees itself only: no row is empty (an all-masked row would give NaN)
+        eye = torch.eye(P, dtype=torch.bool, device=prompt_ids.device)
+        mask = (causal & self.key_ok[:, None, :P]) | eye                  # (B, P, P)
+        return self._forward(prompt_ids, positions, mask[:, None])
+
+    @torch.no_grad()
+    def step(self, tokens, positions):
+        """tokens (B,), positions (B,) of the new tokens -> (B, V) next-token logits."""
+        self.key_ok[:, self.length] = True
+        mask = self.key_ok[:, None, None, : self.length + 1]              # (B, 1, 1, S)
+        return self._forward(tokens[:, None], positions[:, None], mask)
