@@ -1,5 +1,7 @@
 """Benchmark 3: rollout throughput of the HF engine against the vLLM engine, over model sizes and
-batch sizes, on whatever device is here (CPU by default, the GPU if there is one).
+batch sizes, on whatever device is here (CPU by default, the GPU if there is one). The HF engine
+is measured twice: with its static-cache fast path (rl_lab.fast_decode, the default for Qwen2
+models) and with the generic Hugging Face forward (HFEngine.fast = False).
 
 Both engines sample the same prompts with the same settings (temperature 1, up to --new tokens,
 stop at <eos>) from the same random-init model built from config, in this one process; each
@@ -8,7 +10,7 @@ measurement is the median of --reps timed calls after one warm-up call, and the 
     python bench/bench_rollout.py                              # 0.3M, 3M, 30M x batch 16, 64, 256
     python bench/bench_rollout.py --sizes 0.3M --batches 64 --dtype bfloat16
 
-Prints completions/s and generated tokens/s for each engine, and vLLM / HF.
+Prints completions/s and generated tokens/s for each engine, HF static / HF generic and vLLM / HF.
 """
 from __future__ import annotations
 
@@ -61,7 +63,7 @@ def main():
     print(f"device {device}, torch {torch.__version__}, vLLM {version}, dtype {a.dtype}, "
           f"max {a.new} new tokens, median of {a.reps} calls; 8 completions per prompt")
     print(f"{'model':>8} {'params':>8} {'batch':>6} | {'HF compl/s':>10} {'tok/s':>8} | "
-          f"{'vLLM compl/s':>12} {'tok/s':>8} | vLLM/HF")
+          f"{'HF generic':>10} | static/generic | {'vLLM compl/s':>12} {'tok/s':>8} | vLLM/HF")
     sizes = [a.model] if a.model else a.sizes
     for size in sizes:
         if a.model:
@@ -73,15 +75,18 @@ def main():
         model = model.to(device)
         params = sum(p.numel() for p in model.parameters())
         hf = HFEngine(model, tok, a.dtype)
+        generic = HFEngine(model, tok, a.dtype)
+        generic.fast = False
         vl = VLLMEngine(model.cpu() if device == "cpu" else model, tok, dtype=a.dtype)
         for b in a.batches:
             prompts = [f"{10 + i % 90}+{10 + (7 * i) % 90}=" for i in range(max(1, b // 8))]
             hs, ht = timed(hf, prompts, 8, sampling, a.reps)
+            gs, _ = timed(generic, prompts, 8, sampling, a.reps)
             vs, vt = timed(vl, prompts, 8, sampling, a.reps)
             n = len(prompts) * 8
             print(f"{size:>8} {params / 1e6:7.2f}M {n:6d} | {n / hs:10.1f} {ht / hs:8.0f} | "
-                  f"{n / vs:12.1f} {vt / vs:8.0f} | {hs / vs:6.2f}x")
-        del vl, hf
+                  f"{n / gs:10.1f} | {gs / hs:13.2f}x | {n / vs:12.1f} {vt / vs:8.0f} | {hs / vs:6.2f}x")
+        del vl, hf, generic
 
 
 if __name__ == "__main__":
