@@ -18,8 +18,7 @@ import pandas as pd
 import torch
 
 from rl_lab.config import ConfigError, get_preset
-from rl_lab.corrections import RS_OPTIONS, token_divergences
-from rl_lab.monitors import masked_mean, masked_sum
+from rl_lab.corrections import RS_OPTIONS, _row_stat, token_divergences
 
 
 def run_grid(methods: dict[str, dict], seeds, preset: str | None = None, **base) -> pd.DataFrame:
@@ -109,13 +108,7 @@ def row_statistic(log_ratio, mask, option: str) -> torch.Tensor:
     if not level.startswith("seq_") or est == "kl":
         raise ConfigError(f"option {option!r}: choose a sequence-level sample option from "
                           f"{[o for o in RS_OPTIONS if o.startswith('seq_') and not o.endswith('kl')]}")
-    stat = token_divergences(log_ratio)[est]                                              # (B, T)
-    if level == "seq_sum":
-        return masked_sum(stat, mask, -1)
-    if level == "seq_mean":
-        return masked_mean(stat, mask, -1)
-    top = stat.masked_fill(~mask.bool(), -math.inf).max(-1).values
-    return torch.where(top == -math.inf, torch.zeros_like(top), top)
+    return _row_stat(token_divergences(log_ratio)[est], mask, level)                      # (B,)
 
 
 def quantile_threshold(log_ratio, mask, option: str, keep: float = 0.8) -> float:

@@ -171,8 +171,6 @@ class HFEngine:
         full = [] if self.record_full_logprobs else None
         completion_mask = torch.zeros((B, T), dtype=torch.long, device=device)
         finished = torch.zeros(B, dtype=torch.bool, device=device)
-        attn = torch.ones((B, prompt_ids.shape[1] + T), dtype=torch.long, device=device)
-        attn[:, : prompt_ids.shape[1]] = prompt_mask                       # (B, P+T), grows in place
         positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)              # (B, P)
 
         # prefill: one forward over the prompt, keep only the last position's logits
@@ -183,6 +181,8 @@ class HFEngine:
             logits = decoder.prefill(prompt_ids, prompt_mask, positions)   # (B, V)
         else:
             decoder, cache_arg = None, _cache_argument(model)
+            attn = torch.ones((B, P + T), dtype=torch.long, device=device)
+            attn[:, :P] = prompt_mask                                      # (B, P+T)
             out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions,
                         use_cache=True, logits_to_keep=1)
             cache, logits = _returned_cache(out), out.logits[:, -1]
