@@ -13,6 +13,7 @@ same tokens).
 
     dec = StaticDecoder(model, batch_size=B, max_len=P + T)
     logits = dec.prefill(prompt_ids, prompt_mask, positions)   # (B, V), last prompt position
+    logits = dec.prefill(ids[::n], mask[::n], pos[::n], repeats=n)  # or each distinct prompt once
     logits = dec.step(tokens, positions[:, -1] + 1)            # (B, V), one new token per row
 """
 from __future__ import annotations
@@ -63,6 +64,7 @@ class StaticDecoder:
         self.v = torch.zeros(shape, dtype=p.dtype, device=p.device)
         self.key_ok = torch.zeros(batch_size, max_len, dtype=torch.bool, device=p.device)  # (B, S)
         self.length = 0                                                   # cache positions filled
+        self.repeats = 1                                                  # rows per prefilled prompt
 
     def _attend(self, i: int, layer, h, cos, sin, mask):
         """One attention block on h (B, q, E): writes its keys/values at [length, length+q)."""
@@ -76,9 +78,18 @@ class StaticDecoder:
         qs = qs * cos + _rotate_half(qs) * sin
         ks = ks * cos + _rotate_half(ks) * sin
         end = self.length + q
-        self.k[i, :, :, self.length:end] = ks
-        self.v[i, :, :, self.length:end] = vs
-        keys, values = self.k[i, :, :, :end], self.v[i, :, :, :end]       # (B, Hkv, S, D)
+        if self.length == 0:  # prefill of the distinct prompts: attend to their own keys, store
+            keys, values = ks, vs                                         # them once per row
+            self.k[i, :, :, :q] = ks.repeat_interleave(self.repeats, 0) if self.repeats > 1 else ks
+            self.v[i, :, :, :q] = vs.repeat_interleave(self.repeats, 0) if self.repeats > 1 else vs
+        else:
+            self.k[i, :, :, self.length:end] = ks
+            self.v[i, :, :, self.length:end] = vs
+            keys, values = self.k[i, :, :, :end], self.v[i, :, :, :end]   # (B, Hkv, S, D)
+        if self.groups > 1 and q == 1:  # decode: a KV head's query heads as its query rows,
+            qs = qs.view(B, self.n_kv, self.groups, self.head_dim)        # no copy of the cache
+            out = F.scaled_dot_product_attention(qs, keys, values, attn_mask=mask, scale=attn.scaling)
+            return attn.o_proj(out.reshape(B, 1, -1))                     # (B, 1, E)
         if self.groups > 1:
             keys = keys.repeat_interleave(self.groups, dim=1)             # (B, H, S, D)
             values = values.repeat_interleave(self.groups, dim=1)
@@ -97,17 +108,21 @@ class StaticDecoder:
         return self.model.lm_head(self.core.norm(h[:, -1:]))[:, 0]       # (B, V)
 
     @torch.no_grad()
-    def prefill(self, prompt_ids, prompt_mask, positions):
-        """prompt_ids, prompt_mask, positions: (B, P), left-padded -> (B, V) next-token logits."""
-        P = prompt_ids.shape[1]
-        self.length = 0
+    def prefill(self, prompt_ids, prompt_mask, positions, repeats: int = 1):
+        """prompt_ids, prompt_mask, positions: (N, P), left-padded, N = B / repeats distinct
+        prompts, each computed once and given to `repeats` consecutive rows -> (B, V) logits."""
+        N, P = prompt_ids.shape
+        if N * repeats != self.k.shape[1]:
+            raise ValueError(f"prefill: {N} prompts x repeats={repeats} != batch size {self.k.shape[1]}")
+        self.length, self.repeats = 0, repeats
         self.key_ok.zero_()
-        self.key_ok[:, :P] = prompt_mask.bool()
+        self.key_ok[:, :P] = prompt_mask.bool().repeat_interleave(repeats, 0)
         causal = torch.ones(P, P, dtype=torch.bool, device=prompt_ids.device).tril()
         # a padding query sees itself only: no row is empty (an all-masked row would give NaN)
         eye = torch.eye(P, dtype=torch.bool, device=prompt_ids.device)
-        mask = (causal & self.key_ok[:, None, :P]) | eye                  # (B, P, P)
-        return self._forward(prompt_ids, positions, mask[:, None])
+        mask = (causal & prompt_mask.bool()[:, None, :]) | eye            # (N, P, P)
+        logits = self._forward(prompt_ids, positions, mask[:, None])      # (N, V)
+        return logits.repeat_interleave(repeats, 0) if repeats > 1 else logits
 
     @torch.no_grad()
     def step(self, tokens, positions):

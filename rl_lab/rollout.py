@@ -11,7 +11,6 @@ Any engine implements `generate(prompts, n, sampling) -> RolloutBatch` and
 from __future__ import annotations
 
 import copy
-import inspect
 from dataclasses import dataclass, fields
 from typing import Protocol
 
@@ -21,6 +20,7 @@ import torch.nn.functional as F
 from rl_lab.config import SamplingConfig
 from rl_lab.corrections import safe_vocabulary
 from rl_lab.fast_decode import StaticDecoder, supports
+from rl_lab.shared_prefix import cache_argument, returned_cache
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -81,25 +81,15 @@ def sample_tokens(logp: torch.Tensor, generator: torch.Generator | None):
     """Sample one token per row of (B, V) log-probs.  Rows that are not a valid
     distribution (NaN/inf from a broken sampler) draw uniformly and report NaN, so the
     trainer can mask and count them instead of crashing."""
-    bad = ~torch.isfinite(logp).any(-1) | torch.isnan(logp).any(-1)               # (B,)
     probs = logp.exp()
+    total = probs.sum(-1)                                                           # (B,)
+    bad = ~torch.isfinite(total) | (total <= 0)            # a NaN/inf anywhere, or nothing left
     if bad.any():
         probs = torch.where(bad[:, None], torch.ones_like(probs), probs)
     tokens = torch.multinomial(probs, 1, generator=generator).squeeze(-1)       # (B,)
     token_logp = logp.gather(-1, tokens[:, None]).squeeze(-1)                     # (B,)
     token_logp = torch.where(bad, torch.full_like(token_logp, float("nan")), token_logp)
     return tokens, token_logp
-
-
-def _cache_argument(model) -> str:
-    """transformers 5 renamed `past_key_values` to `cache`; accept both."""
-    params = inspect.signature(model.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
-
-
-def _returned_cache(out):
-    cache = getattr(out, "cache", None)
-    return cache if cache is not None else out.past_key_values
 
 
 class HFEngine:
@@ -157,12 +147,14 @@ class HFEngine:
                  generator: torch.Generator | None = None) -> RolloutBatch:
         tok, model = self.tokenizer, self.model
         device = next(model.parameters()).device
+        fast = self.fast and supports(model)   # same modules and math, no per-call HF overhead
         was_training = model.training
-        model.eval()
+        if not fast:   # the fast path calls no dropout: nothing to switch
+            model.eval()
         rows = [p for p in prompts for _ in range(n)]
-        enc = tok(rows, return_tensors="pt", padding=True)
-        prompt_ids = enc["input_ids"].to(device)                           # (B, P)
-        prompt_mask = enc["attention_mask"].to(device)                     # (B, P)
+        enc = tok(prompts, return_tensors="pt", padding=True)              # each prompt once
+        prompt_ids = enc["input_ids"].to(device).repeat_interleave(n, 0)   # (B, P)
+        prompt_mask = enc["attention_mask"].to(device).repeat_interleave(n, 0)  # (B, P)
         B, T = prompt_ids.shape[0], sampling.max_completion_length
         eos, pad = tok.eos_token_id, tok.pad_token_id
 
@@ -176,16 +168,16 @@ class HFEngine:
         # prefill: one forward over the prompt, keep only the last position's logits
         P = prompt_ids.shape[1]
         next_pos = positions[:, -1:] + 1                                   # (B, 1)
-        if self.fast and supports(model):   # same modules and math, no per-call HF overhead
-            decoder = StaticDecoder(model, B, P + T)
-            logits = decoder.prefill(prompt_ids, prompt_mask, positions)   # (B, V)
+        if fast:
+            decoder = StaticDecoder(model, B, P + T)   # each prompt prefilled once for its n rows
+            logits = decoder.prefill(prompt_ids[::n], prompt_mask[::n], positions[::n], repeats=n)  # (B, V)
         else:
-            decoder, cache_arg = None, _cache_argument(model)
+            decoder, cache_arg = None, cache_argument(model)
             attn = torch.ones((B, P + T), dtype=torch.long, device=device)
             attn[:, :P] = prompt_mask                                      # (B, P+T)
             out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions,
                         use_cache=True, logits_to_keep=1)
-            cache, logits = _returned_cache(out), out.logits[:, -1]
+            cache, logits = returned_cache(out), out.logits[:, -1]
         for t in range(T):
             logp = process_logits(self.perturb_logits(logits, generator), sampling)  # (B, V)
             if full is not None:
@@ -203,10 +195,11 @@ class HFEngine:
             else:
                 out = model(input_ids=completion_ids[:, t : t + 1], attention_mask=attn[:, : P + t + 1],
                             position_ids=next_pos, use_cache=True, **{cache_arg: cache})
-                cache, logits = _returned_cache(out), out.logits[:, -1]
+                cache, logits = returned_cache(out), out.logits[:, -1]
             next_pos = next_pos + 1
 
-        model.train(was_training)
+        if not fast:
+            model.train(was_training)
         has_eos = ((completion_ids == eos) & completion_mask.bool()).any(-1)
         texts = tok.batch_decode(completion_ids.tolist(), skip_special_tokens=True)
         group_ids = torch.arange(len(prompts), device=device).repeat_interleave(n)

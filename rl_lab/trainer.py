@@ -115,9 +115,10 @@ class Trainer:
                             if isinstance(self.engine, MismatchEngine) else self.engine)
         self.reward_funcs = list(reward_funcs) if reward_funcs is not None else [self.task]
         params = [p for p in self.model.parameters() if p.requires_grad]
+        fused = all(p.device.type in ("cpu", "cuda") for p in params)  # one kernel, the same update
         self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, eps=1e-8,
                                            betas=(cfg.adam_beta1, cfg.adam_beta2),
-                                           weight_decay=cfg.weight_decay)
+                                           weight_decay=cfg.weight_decay, fused=fused or None)
         self.rng = np.random.default_rng(cfg.seed)                     # prompt stream
         self.generator = torch.Generator(self.device).manual_seed(cfg.seed)  # sampling stream
         self.eval_set = self.task.make_dataset(cfg.eval_prompts, seed=1_000_003 + cfg.seed)

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from rl_lab.corrections import safe_vocabulary
 from rl_lab.monitors import masked_mean
+from rl_lab.shared_prefix import completion_logits
 
 
 def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, valid: torch.Tensor | None = None,
@@ -50,21 +51,18 @@ def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, valid: torc
 
 
 def sequence_logprobs(model, prompt_ids, prompt_mask, completion_ids, temperature: float = 1.0,
-                      with_entropy: bool = False, dvp_min_p: float = 0.0, return_all: bool = False):
+                      with_entropy: bool = False, dvp_min_p: float = 0.0, return_all: bool = False,
+                      share_prefix: bool = True):
     """The trainer's log pi(y_t | x, y_<t) for each completion token: (B, T)
     [, entropy (B, T)] [, the full log-distributions (B, T, V)].
 
-    One forward over prompt + completion with the same position ids the sampler used
-    (left padding), logits divided by the sampling temperature as TRL does.  With
+    A forward over prompt + completion with the same position ids the sampler used (left
+    padding), each distinct prompt computed once (`rl_lab.shared_prefix`; `share_prefix=False`:
+    one plain forward over every row), logits divided by the sampling temperature as TRL does.  With
     `dvp_min_p` the distribution is restricted to the safe vocabulary p >= dvp_min_p * p_max
     (Dynamic Vocabulary Pruning; a token outside it gets log pi = -inf).
     """
-    T = completion_ids.shape[1]
-    input_ids = torch.cat([prompt_ids, completion_ids], dim=1)                        # (B, P+T)
-    attn = torch.cat([prompt_mask, torch.ones_like(completion_ids)], dim=1)            # (B, P+T)
-    positions = (attn.cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=input_ids, attention_mask=attn, position_ids=positions,
-                   logits_to_keep=T + 1).logits[:, :-1]                                 # (B, T, V)
+    logits = completion_logits(model, prompt_ids, prompt_mask, completion_ids, share_prefix)  # (B, T, V)
     logits = logits.float() / temperature
     if dvp_min_p > 0:
         logits = logits.masked_fill(~safe_vocabulary(logits, dvp_min_p), float("-inf"))

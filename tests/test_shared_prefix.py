@@ -1,0 +1,101 @@
+"""The shared-prefix forward (rl_lab.shared_prefix) and the sampler's shared prefill
+(StaticDecoder.prefill with repeats) compute what the plain forward computes."""
+import pytest
+import torch
+
+from rl_lab.algos.grpo import sequence_logprobs
+from rl_lab.config import SamplingConfig
+from rl_lab.fast_decode import StaticDecoder
+from rl_lab.rollout import HFEngine
+from rl_lab.shared_prefix import completion_logits
+
+PROMPTS = ["12+34=", "7+8=", "rev:12345="]   # different lengths: left padding is exercised
+
+
+def _batch(model, tok, n=4, T=10, seed=0):
+    return HFEngine(model, tok).generate(PROMPTS, n, SamplingConfig(max_completion_length=T),
+                                         torch.Generator().manual_seed(seed))
+
+
+def _grads(model, fn):
+    model.zero_grad(set_to_none=True)
+    out = fn()
+    (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+    return out.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def test_shared_logits_and_gradients_equal_the_plain_forward(fresh_tiny):
+    model, tok = fresh_tiny
+    model.train()
+    b = _batch(model, tok)
+    args = (b.prompt_ids, b.prompt_mask, b.completion_ids)
+    plain, g_plain = _grads(model, lambda: completion_logits(model, *args, share_prefix=False))
+    shared, g_shared = _grads(model, lambda: completion_logits(model, *args, share_prefix=True))
+    assert shared.shape == plain.shape == (*b.completion_ids.shape, len(tok))
+    assert (shared - plain).abs().max().item() < 1e-5
+    assert g_plain.keys() == g_shared.keys() and len(g_plain) > 0
+    for name in g_plain:   # the prompt's gradient arrives once per row of its group, summed
+        scale = g_plain[name].abs().max().item()
+        assert (g_shared[name] - g_plain[name]).abs().max().item() <= 1e-4 * scale + 1e-9, name
+
+
+def test_sequence_logprobs_shares_by_default_and_matches(tiny):
+    model, tok = tiny
+    b = _batch(model, tok, seed=1)
+    with torch.no_grad():
+        lp, ent, full = sequence_logprobs(model, b.prompt_ids, b.prompt_mask, b.completion_ids, 0.7,
+                                          with_entropy=True, return_all=True)
+        lp0, ent0, full0 = sequence_logprobs(model, b.prompt_ids, b.prompt_mask, b.completion_ids, 0.7,
+                                             with_entropy=True, return_all=True, share_prefix=False)
+    for a, c in ((lp, lp0), (ent, ent0), (full, full0)):
+        assert (a - c).abs().max().item() < 1e-5
+
+
+@pytest.mark.parametrize("T", [1, 2])
+def test_short_completions_and_distinct_prompts(tiny, T):
+    model, tok = tiny
+    b = _batch(model, tok, n=3, T=T)
+    with torch.no_grad():
+        shared = completion_logits(model, b.prompt_ids, b.prompt_mask, b.completion_ids[:, :T])
+        plain = completion_logits(model, b.prompt_ids, b.prompt_mask, b.completion_ids[:, :T], share_prefix=False)
+        assert shared.shape == plain.shape == (9, T, len(tok))
+        assert (shared - plain).abs().max().item() < 1e-5
+        one_each = slice(0, 9, 3)   # no prompt repeated: the plain path
+        d = completion_logits(model, b.prompt_ids[one_each], b.prompt_mask[one_each], b.completion_ids[one_each, :T])
+        assert (d - plain[one_each]).abs().max().item() < 1e-5
+
+
+def test_shared_forward_through_a_lora_wrapper(fresh_tiny):
+    peft = pytest.importorskip("peft")
+    model, tok = fresh_tiny
+    cfg = peft.LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+    lora = peft.get_peft_model(model, cfg)
+    b = _batch(model, tok)
+    args = (b.prompt_ids, b.prompt_mask, b.completion_ids)
+    plain, g_plain = _grads(lora, lambda: completion_logits(lora, *args, share_prefix=False))
+    shared, g_shared = _grads(lora, lambda: completion_logits(lora, *args))
+    assert (shared - plain).abs().max().item() < 1e-5
+    assert g_plain.keys() == g_shared.keys() and all("lora" in n for n in g_plain)
+    for name in g_plain:
+        scale = g_plain[name].abs().max().item()
+        assert (g_shared[name] - g_plain[name]).abs().max().item() <= 1e-4 * scale + 1e-9, name
+
+
+def test_static_decoder_shared_prefill_equals_per_row_prefill(tiny):
+    model, tok = tiny
+    n = 3
+    enc = tok([p for p in PROMPTS for _ in range(n)], return_tensors="pt", padding=True)
+    ids, mask = enc["input_ids"], enc["attention_mask"]
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    B, P = ids.shape
+    per_row, shared = StaticDecoder(model, B, P + 4), StaticDecoder(model, B, P + 4)
+    a = per_row.prefill(ids, mask, pos)
+    c = shared.prefill(ids[::n], mask[::n], pos[::n], repeats=n)
+    assert (a - c).abs().max().item() < 1e-5
+    assert torch.equal(per_row.key_ok, shared.key_ok)
+    assert (per_row.k - shared.k).abs().max().item() < 1e-5 and (per_row.v - shared.v).abs().max().item() < 1e-5
+    tokens = torch.arange(B) % 10 + 3
+    step_a, step_c = per_row.step(tokens, pos[:, -1] + 1), shared.step(tokens, pos[:, -1] + 1)
+    assert (step_a - step_c).abs().max().item() < 1e-5
+    with pytest.raises(ValueError, match="repeats"):
+        shared.prefill(ids[::n], mask[::n], pos[::n], repeats=2)
