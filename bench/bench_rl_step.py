@@ -3,8 +3,10 @@
 Same tiny Qwen2 model (random init, built from config), same tokenizer, same task (2-digit
 addition, partial-credit reward), same batch (8 prompts x 8 completions, up to 16 new tokens),
 same hyper-parameters (lr 1e-4, AdamW, grad clip 1.0, group-scaled advantages, token-mean loss,
-no KL, one update per batch, fp32 on the CPU, 2 threads). The three implementations run in
-this one process, interleaved in rounds, so slow phases of a shared machine hit all of them.
+no KL, one update per batch, fp32 on the CPU, 2 threads). The implementations run in this one
+process, interleaved in rounds, so slow phases of a shared machine hit all of them. A fourth
+contender, rl_lab with `share_prefix=False`, measures what the shared-prompt forward
+(rl_lab.shared_prefix) saves (skip it with --no-ablation).
 
     python bench/bench_rl_step.py                  # 0.3M and 3M, 3 rounds of 20 steps each
     python bench/bench_rl_step.py --sizes 0.3M --rounds 5 --steps 30
@@ -46,11 +48,12 @@ def task_and_reward():
 
 
 # --------------------------------------------------------------------------- rl_lab
-def rl_lab_steps(size: str, steps: int, seed: int) -> list[float]:
+def rl_lab_steps(size: str, steps: int, seed: int, share_prefix: bool = True) -> list[float]:
     model, tok = build_model(size, seed=seed)
     cfg = RLConfig(task="addition", task_kwargs={"digits": 2}, prompts_per_step=N_PROMPTS,
                    num_generations=N_GEN, max_completion_length=MAX_NEW, learning_rate=LR,
-                   lr_scheduler_type="linear", max_steps=steps, seed=seed, progress_bar=False)
+                   lr_scheduler_type="linear", max_steps=steps, seed=seed, progress_bar=False,
+                   share_prefix=share_prefix)
     trainer = Trainer(cfg, model=model, tokenizer=tok)
     times = []
     for _ in range(steps):
@@ -168,10 +171,14 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--no-trl", action="store_true", help="skip TRL (if it is not installed)")
+    ap.add_argument("--no-ablation", action="store_true",
+                    help="skip the rl_lab run with share_prefix=False (every prompt row recomputed)")
     a = ap.parse_args()
     if DEVICE == "cpu":
         torch.set_num_threads(2)
     impls = {"rl_lab": rl_lab_steps, "plain": plain_steps}
+    if not a.no_ablation:
+        impls["rl_lab, share_prefix=False"] = lambda s, n, seed: rl_lab_steps(s, n, seed, share_prefix=False)
     if not a.no_trl:
         try:
             import trl  # noqa: F401
@@ -191,10 +198,13 @@ def main():
             print(f"\n== model {size} ==")
             for k, v in ms.items():
                 spread = ", ".join(f"{1000 * x:.0f}" for x in per[k])
-                print(f"  {k:7s} {v:7.1f} ms/step  {1000 / v:6.2f} steps/s   (rounds: {spread})")
+                print(f"  {k:27s} {v:7.1f} ms/step  {1000 / v:6.2f} steps/s   (rounds: {spread})")
             if "TRL" in ms:
                 print(f"  ratio steps/s rl_lab / TRL   = {ms['TRL'] / ms['rl_lab']:.2f}x")
             print(f"  ratio step time rl_lab / plain = {ms['rl_lab'] / ms['plain']:.2f}x")
+            if "rl_lab, share_prefix=False" in ms:
+                print(f"  ratio step time rl_lab / rl_lab with share_prefix=False = "
+                      f"{ms['rl_lab'] / ms['rl_lab, share_prefix=False']:.2f}x")
 
 
 if __name__ == "__main__":

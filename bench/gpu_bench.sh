@@ -9,6 +9,6 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 python -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.cuda.get_device_name(0))"
 echo "== 1-2: one GRPO step, rl_lab vs TRL vs a plain step (8 prompts x 8, 16 new tokens)"
-python bench/bench_rl_step.py --sizes 0.5B --rounds 2 --steps 12
+python bench/bench_rl_step.py --sizes 0.5B --rounds 2 --steps 12 --no-ablation
 echo "== 3: rollout throughput, HF engine vs vLLM engine, bf16"
 python bench/bench_rollout.py --sizes 0.5B --batches 64 256 1024 --dtype bfloat16 --reps 3

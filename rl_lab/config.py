@@ -208,6 +208,10 @@ class RLConfig(_Validated):
     eval_prompts: int = 64
     device: str = "auto"
     """"auto" (CUDA if present, else CPU), "cpu" or "cuda"."""
+    share_prefix: bool = True
+    """The trainer's forward runs each distinct prompt once and reuses its key/value cache for
+    the prompt's rows (rl_lab.shared_prefix; same log-probs and gradients to rounding).  False:
+    one plain forward over every row, for a model whose forward takes no cache."""
     progress_bar: bool = True
 
     def validate(self):

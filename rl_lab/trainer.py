@@ -189,7 +189,8 @@ class Trainer:
         if self.ref_model is not None:
             with torch.no_grad():
                 ref_logp = sequence_logprobs(self.ref_model, batch.prompt_ids, batch.prompt_mask,
-                                             batch.completion_ids, cfg.temperature, dvp_min_p=cfg.dvp_min_p)
+                                             batch.completion_ids, cfg.temperature, dvp_min_p=cfg.dvp_min_p,
+                                             share_prefix=cfg.share_prefix)
 
         # UPDATE: num_iterations optimizer steps on this batch (loss/grad_norm logged from the last)
         skipped, grad_norm, loss_value, kl_value, pg_metrics = 0, float("nan"), float("nan"), None, {}
@@ -243,7 +244,8 @@ class Trainer:
         """The trainer's log-probs of the batch's tokens (B, T) [and entropy, (B, T, V) log pi]."""
         cfg = self.config
         out = sequence_logprobs(self.model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
-                                cfg.temperature, with_entropy=full, dvp_min_p=cfg.dvp_min_p, return_all=True)
+                                cfg.temperature, with_entropy=full, dvp_min_p=cfg.dvp_min_p, return_all=True,
+                                share_prefix=cfg.share_prefix)
         return out if full else (out[0], out[-1])
 
     def _collision_probs(self, logp_all):

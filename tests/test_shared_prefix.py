@@ -99,3 +99,21 @@ def test_static_decoder_shared_prefill_equals_per_row_prefill(tiny):
     assert (step_a - step_c).abs().max().item() < 1e-5
     with pytest.raises(ValueError, match="repeats"):
         shared.prefill(ids[::n], mask[::n], pos[::n], repeats=2)
+
+
+def test_trainer_updates_equal_with_and_without_sharing():
+    from rl_lab import RLConfig, Trainer, build_model
+    runs = []
+    for share in (True, False):
+        model, tok = build_model("0.3M", seed=0)
+        cfg = RLConfig(task="addition", task_kwargs={"digits": 2}, prompts_per_step=4, num_generations=4,
+                       max_completion_length=8, learning_rate=1e-3, max_steps=2, seed=0, progress_bar=False,
+                       share_prefix=share)
+        trainer = Trainer(cfg, model=model, tokenizer=tok)
+        metrics = [trainer.step() for _ in range(2)]
+        runs.append((metrics, {n: p.detach().clone() for n, p in model.named_parameters()}))
+    (m_shared, w_shared), (m_plain, w_plain) = runs
+    for a, b in zip(m_shared, m_plain):
+        assert abs(a["loss"] - b["loss"]) < 1e-5 and abs(a["grad_norm"] - b["grad_norm"]) < 1e-4 * (1 + b["grad_norm"])
+        assert a["completions/mean_length"] == b["completions/mean_length"]
+    assert max((w_shared[n] - w_plain[n]).abs().max().item() for n in w_plain) < 1e-5
