@@ -11,8 +11,10 @@ contender, rl_lab with `share_prefix=False`, measures what the shared-prompt for
     python bench/bench_rl_step.py                  # 0.3M and 3M, 3 rounds of 20 steps each
     python bench/bench_rl_step.py --sizes 0.3M --rounds 5 --steps 30
 
-Prints ms per step (median over steps 5.. of each round, then median over rounds), steps/s
-and the ratios. Needs `trl` (pip install -e ".[bench]"; `make bench` does it).
+The contenders alternate step by step (after each TRL step, one step of each of the others),
+so the machine's drifting speed hits them alike. Prints ms per step (median over steps 5.. of
+each round, then over rounds), steps/s, and each ratio as the median of the step-by-step
+ratios with their quartiles. Needs `trl` (pip install -e ".[bench]"; `make bench` does it).
 """
 from __future__ import annotations
 
@@ -48,32 +50,30 @@ def task_and_reward():
 
 
 # --------------------------------------------------------------------------- rl_lab
-def rl_lab_steps(size: str, steps: int, seed: int, share_prefix: bool = True) -> list[float]:
+def rl_lab_steps(size: str, steps: int, seed: int, share_prefix: bool = True):
+    """Yields the wall time of each of `steps` rl_lab Trainer steps."""
     model, tok = build_model(size, seed=seed)
     cfg = RLConfig(task="addition", task_kwargs={"digits": 2}, prompts_per_step=N_PROMPTS,
                    num_generations=N_GEN, max_completion_length=MAX_NEW, learning_rate=LR,
                    lr_scheduler_type="linear", max_steps=steps, seed=seed, progress_bar=False,
                    share_prefix=share_prefix)
     trainer = Trainer(cfg, model=model, tokenizer=tok)
-    times = []
     for _ in range(steps):
         t = time.perf_counter()
         trainer.step()
         sync()
-        times.append(time.perf_counter() - t)
-    return times
+        yield time.perf_counter() - t
 
 
 # --------------------------------------------------------------------------- plain
-def plain_steps(size: str, steps: int, seed: int) -> list[float]:
-    """The least a GRPO step can do: HF generate, one forward/backward, AdamW."""
+def plain_steps(size: str, steps: int, seed: int):
+    """The least a GRPO step can do: HF generate, one forward/backward, AdamW.  Yields step times."""
     torch.manual_seed(seed)
     model, tok = build_model(size, seed=seed)
     model = model.to(DEVICE)
     task, reward = task_and_reward()
     rng = np.random.default_rng(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
-    times = []
     for step in range(steps):
         t = time.perf_counter()
         for g in opt.param_groups:
@@ -107,12 +107,14 @@ def plain_steps(size: str, steps: int, seed: int) -> list[float]:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sync()
-        times.append(time.perf_counter() - t)
-    return times
+        yield time.perf_counter() - t
 
 
 # --------------------------------------------------------------------------- TRL
-def trl_steps(size: str, steps: int, seed: int, workdir: str) -> list[float]:
+def trl_steps(size: str, steps: int, seed: int, workdir: str, others: dict) -> dict[str, list[float]]:
+    """TRL's GRPOTrainer for `steps` steps; after each of its steps, one step of every generator in
+    `others` (name -> step-time generator), so all contenders alternate step by step.  Returns
+    every contender's step times, TRL's under "TRL" (its clock excludes the others' steps)."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -131,16 +133,17 @@ def trl_steps(size: str, steps: int, seed: int, workdir: str) -> list[float]:
 
     class Clock(TrainerCallback):
         def __init__(self):
-            self.times, self.last = [], None
+            self.times, self.last = {"TRL": [], **{k: [] for k in others}}, None
 
         def on_step_begin(self, args, state, control, **kw):
             self.last = time.perf_counter() if self.last is None else self.last
 
         def on_step_end(self, args, state, control, **kw):
             sync()
-            now = time.perf_counter()
-            self.times.append(now - self.last)
-            self.last = now
+            self.times["TRL"].append(time.perf_counter() - self.last)
+            for name, gen in others.items():
+                self.times[name].append(next(gen))
+            self.last = time.perf_counter()
 
     fields = GRPOConfig.__dataclass_fields__
     ckpt = ({"activation_checkpointing": False} if "activation_checkpointing" in fields
@@ -165,6 +168,25 @@ def summarize(times: list[float], skip: int = 4) -> float:
     return statistics.median(times[skip:])
 
 
+def paired(num: list[float], den: list[float], skip: int = 4) -> list[float]:
+    """Step-by-step ratios num_i / den_i of two contenders that ran alternately."""
+    return [a / b for a, b in zip(num[skip:], den[skip:])]
+
+
+def one_round(size: str, steps: int, seed: int, workdir: str, with_trl: bool, ablation: bool) -> dict:
+    """Every contender for `steps` steps, alternating step by step: TRL, rl_lab, plain, [ablation]."""
+    others = {"rl_lab": rl_lab_steps(size, steps, seed), "plain": plain_steps(size, steps, seed)}
+    if ablation:
+        others["rl_lab, share_prefix=False"] = rl_lab_steps(size, steps, seed, share_prefix=False)
+    if with_trl:
+        return trl_steps(size, steps, seed, workdir, others)
+    times = {k: [] for k in others}
+    for _ in range(steps):
+        for name, gen in others.items():
+            times[name].append(next(gen))
+    return times
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", nargs="+", default=["0.3M", "3M"])
@@ -176,35 +198,33 @@ def main():
     a = ap.parse_args()
     if DEVICE == "cpu":
         torch.set_num_threads(2)
-    impls = {"rl_lab": rl_lab_steps, "plain": plain_steps}
-    if not a.no_ablation:
-        impls["rl_lab, share_prefix=False"] = lambda s, n, seed: rl_lab_steps(s, n, seed, share_prefix=False)
     if not a.no_trl:
         try:
             import trl  # noqa: F401
         except ImportError:
             raise SystemExit("TRL is not installed: pip install -e '.[bench]' (or pass --no-trl)")
-        impls["TRL"] = None
     print(f"device {DEVICE}, torch {torch.__version__}, {torch.get_num_threads()} threads; batch {N_PROMPTS}x{N_GEN}, "
-          f"max {MAX_NEW} new tokens; {a.rounds} rounds x {a.steps} steps, median of steps 5..")
+          f"max {MAX_NEW} new tokens; {a.rounds} rounds x {a.steps} steps, contenders alternating step by "
+          "step; medians of steps 5..")
     with tempfile.TemporaryDirectory() as work:
         for size in a.sizes:
-            per = {k: [] for k in impls}
-            for r in range(a.rounds):
-                for name in impls:                            # interleaved: A B C, A B C, ...
-                    fn = (lambda s, n, seed: trl_steps(s, n, seed, work)) if name == "TRL" else impls[name]
-                    per[name].append(summarize(fn(size, a.steps, seed=r + 1)))
-            ms = {k: 1000 * statistics.median(v) for k, v in per.items()}
+            rounds = [one_round(size, a.steps, r + 1, work, not a.no_trl, not a.no_ablation) for r in range(a.rounds)]
+            names = list(rounds[0])
+            ms = {k: 1000 * statistics.median([summarize(t[k]) for t in rounds]) for k in names}
             print(f"\n== model {size} ==")
-            for k, v in ms.items():
-                spread = ", ".join(f"{1000 * x:.0f}" for x in per[k])
-                print(f"  {k:27s} {v:7.1f} ms/step  {1000 / v:6.2f} steps/s   (rounds: {spread})")
-            if "TRL" in ms:
-                print(f"  ratio steps/s rl_lab / TRL   = {ms['TRL'] / ms['rl_lab']:.2f}x")
-            print(f"  ratio step time rl_lab / plain = {ms['rl_lab'] / ms['plain']:.2f}x")
-            if "rl_lab, share_prefix=False" in ms:
-                print(f"  ratio step time rl_lab / rl_lab with share_prefix=False = "
-                      f"{ms['rl_lab'] / ms['rl_lab, share_prefix=False']:.2f}x")
+            for k in names:
+                spread = ", ".join(f"{1000 * summarize(t[k]):.0f}" for t in rounds)
+                print(f"  {k:27s} {ms[k]:7.1f} ms/step  {1000 / ms[k]:6.2f} steps/s   (rounds: {spread})")
+
+            def ratio(num, den, label):
+                r = [x for t in rounds for x in paired(t[num], t[den])]
+                q = statistics.quantiles(r, n=4)
+                print(f"  {label:52s} = {statistics.median(r):.2f}x  (step pairs: quartiles {q[0]:.2f}-{q[2]:.2f})")
+            if "TRL" in names:
+                ratio("TRL", "rl_lab", "ratio steps/s rl_lab / TRL")
+            ratio("rl_lab", "plain", "ratio step time rl_lab / plain")
+            if "rl_lab, share_prefix=False" in names:
+                ratio("rl_lab", "rl_lab, share_prefix=False", "ratio step time rl_lab / (share_prefix=False)")
 
 
 if __name__ == "__main__":

@@ -45,6 +45,15 @@ def _rotate_half(x):
     return torch.cat((-x2, x1), dim=-1)
 
 
+def _stack(*linears):
+    """(weight, bias) of the linear maps side by side: one F.linear computes all of them."""
+    weight = torch.cat([m.weight.detach() for m in linears])
+    biases = [m.bias for m in linears]
+    bias = None if all(b is None for b in biases) else torch.cat(
+        [b.detach() if b is not None else m.weight.new_zeros(m.out_features) for b, m in zip(biases, linears)])
+    return weight, bias
+
+
 class StaticDecoder:
     """Prefill + one-token steps on a preallocated cache of shape (L, B, H_kv, max_len, D)."""
 
@@ -55,9 +64,9 @@ class StaticDecoder:
         self.model, self.core = model, model.model
         cfg = model.config
         self.layers = list(self.core.layers)
-        self.n_kv = cfg.num_key_value_heads
+        self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        self.groups = cfg.num_attention_heads // self.n_kv
+        self.groups = self.n_heads // self.n_kv
         p = next(model.parameters())
         shape = (len(self.layers), batch_size, self.n_kv, max_len, self.head_dim)
         self.k = torch.zeros(shape, dtype=p.dtype, device=p.device)
@@ -65,18 +74,24 @@ class StaticDecoder:
         self.key_ok = torch.zeros(batch_size, max_len, dtype=torch.bool, device=p.device)  # (B, S)
         self.length = 0                                                   # cache positions filled
         self.repeats = 1                                                  # rows per prefilled prompt
+        # the weights as read now, q/k/v and gate/up stacked: one matrix product each instead of 3 + 2
+        self.qkv = [_stack(l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj) for l in self.layers]
+        self.gate_up = [_stack(l.mlp.gate_proj, l.mlp.up_proj) for l in self.layers]
+        # the model's rotary embedding at every position, looked up by position id
+        every = torch.arange(max_len, device=p.device)[None]                             # (1, S)
+        cos, sin = self.core.rotary_emb(self.k.new_zeros(1, max_len, 1), every)           # (1, S, D)
+        self.cos, self.sin = cos[0], sin[0]                                               # (S, D)
 
     def _attend(self, i: int, layer, h, cos, sin, mask):
         """One attention block on h (B, q, E): writes its keys/values at [length, length+q)."""
-        attn = layer.self_attn
+        attn, H = layer.self_attn, self.n_heads
         B, q, _ = h.shape
-        shape = (B, q, -1, self.head_dim)
-        qs = attn.q_proj(h).view(shape).transpose(1, 2)                   # (B, H, q, D)
-        ks = attn.k_proj(h).view(shape).transpose(1, 2)                   # (B, Hkv, q, D)
-        vs = attn.v_proj(h).view(shape).transpose(1, 2)
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)                     # (B, 1, q, D)
-        qs = qs * cos + _rotate_half(qs) * sin
-        ks = ks * cos + _rotate_half(ks) * sin
+        qkv = F.linear(h, *self.qkv[i]).view(B, q, -1, self.head_dim)    # (B, q, H + 2 Hkv, D)
+        rot = qkv[:, :, : H + self.n_kv]                                  # query and key heads
+        rot = rot * cos[:, :, None] + _rotate_half(rot) * sin[:, :, None]
+        qs = rot[:, :, :H].transpose(1, 2)                                # (B, H, q, D)
+        ks = rot[:, :, H:].transpose(1, 2)                                # (B, Hkv, q, D)
+        vs = qkv[:, :, H + self.n_kv:].transpose(1, 2)                    # (B, Hkv, q, D)
         end = self.length + q
         if self.length == 0:  # prefill of the distinct prompts: attend to their own keys, store
             keys, values = ks, vs                                         # them once per row
@@ -86,9 +101,14 @@ class StaticDecoder:
             self.k[i, :, :, self.length:end] = ks
             self.v[i, :, :, self.length:end] = vs
             keys, values = self.k[i, :, :, :end], self.v[i, :, :, :end]   # (B, Hkv, S, D)
-        if self.groups > 1 and q == 1:  # decode: a KV head's query heads as its query rows,
-            qs = qs.view(B, self.n_kv, self.groups, self.head_dim)        # no copy of the cache
-            out = F.scaled_dot_product_attention(qs, keys, values, attn_mask=mask, scale=attn.scaling)
+        if q == 1:  # decode: a KV head's query heads as its query rows, no copy of the cache
+            qs = qs.reshape(B, self.n_kv, self.groups, self.head_dim)     # (B, Hkv, G, D)
+            if qs.dtype == torch.float32:  # one query row per head: plain softmax attention is
+                scores = (qs @ keys.transpose(-1, -2)) * attn.scaling     # faster than the fused
+                scores = scores.masked_fill(~mask, float("-inf"))         # kernel on a CPU
+                out = scores.softmax(-1) @ values                         # (B, Hkv, G, D)
+            else:  # low precision: the fused kernel's fp32 accumulation, as the HF forward
+                out = F.scaled_dot_product_attention(qs, keys, values, attn_mask=mask, scale=attn.scaling)
             return attn.o_proj(out.reshape(B, 1, -1))                     # (B, 1, E)
         if self.groups > 1:
             keys = keys.repeat_interleave(self.groups, dim=1)             # (B, H, S, D)
@@ -96,14 +116,18 @@ class StaticDecoder:
         out = F.scaled_dot_product_attention(qs, keys, values, attn_mask=mask, scale=attn.scaling)
         return attn.o_proj(out.transpose(1, 2).reshape(B, q, -1))         # (B, q, E)
 
+    def _mlp(self, i: int, mlp, x):
+        gate, up = F.linear(x, *self.gate_up[i]).chunk(2, dim=-1)        # (B, q, I) each
+        return mlp.down_proj(mlp.act_fn(gate) * up)                       # (B, q, E)
+
     def _forward(self, ids, positions, mask):
         """ids, positions: (B, q); mask: (B, 1, q, length+q) bool, True = attend -> (B, V)
         logits of the last position."""
         h = self.core.embed_tokens(ids)                                   # (B, q, E)
-        cos, sin = self.core.rotary_emb(h, positions)                     # (B, q, D) each
+        cos, sin = self.cos[positions], self.sin[positions]               # (B, q, D) each
         for i, layer in enumerate(self.layers):
             h = h + self._attend(i, layer, layer.input_layernorm(h), cos, sin, mask)
-            h = h + layer.mlp(layer.post_attention_layernorm(h))
+            h = h + self._mlp(i, layer.mlp, layer.post_attention_layernorm(h))
         self.length += ids.shape[1]
         return self.model.lm_head(self.core.norm(h[:, -1:]))[:, 0]       # (B, V)
 

@@ -88,6 +88,29 @@ def test_nonfinite_logits_are_reported_not_raised():
     assert tokens.shape == (3,) and math.isnan(token_logp[1]) and torch.isfinite(token_logp[[0, 2]]).all()
 
 
+def test_sampled_frequencies_match_the_probabilities():
+    """Inverse-CDF sampling draws each token with its probability; removed tokens never."""
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, 16, generator=g) * 2
+    logits[:, 5] = 6.0                                              # one dominant token
+    logits[:, 12:] = float("-inf")                                  # removed (top-k)
+    logp = torch.log_softmax(logits, -1)                            # (4, V)
+    n = 20_000
+    tokens, token_logp = sample_tokens(logp.repeat(n, 1), g)
+    counts = torch.zeros(4, 16).index_put_((torch.arange(4).repeat(n), tokens), torch.ones(4 * n), accumulate=True)
+    p = logp.exp()
+    assert counts[:, 12:].sum() == 0
+    # every frequency within 5 binomial standard errors of its probability
+    se = (p * (1 - p) / n).sqrt()
+    assert ((counts / n - p).abs() <= 5 * se + 1e-9).all()
+    assert torch.equal(token_logp, logp.repeat(n, 1).gather(-1, tokens[:, None]).squeeze(-1))
+    # the last token of a long vocabulary, behind a tail of near-zero ones, keeps its share
+    tail = torch.full((1, 20_000), -40.0)
+    tail[0, 0], tail[0, -1] = 0.0, -2.0
+    tokens, _ = sample_tokens(torch.log_softmax(tail, -1).expand(1000, -1).contiguous(), g)
+    assert 0.08 < (tokens == 19_999).float().mean() < 0.16        # p = 0.119
+
+
 def test_bad_dtype_is_rejected(tiny):
     with pytest.raises(ValueError, match="choose one of"):
         HFEngine(*tiny, dtype="int8")
