@@ -55,7 +55,7 @@ checkpoints:
 bench:
 	$(PIP) install -q -e ".[bench]"
 	$(PY) bench/bench_rl_step.py
-	$(PY) bench/bench_rollout.py
+	$(PY) bench/bench_rollout.py --reps 5
 	bash bench/bench_book.sh
 
 clean:

@@ -45,6 +45,13 @@ def _rotate_half(x):
     return torch.cat((-x2, x1), dim=-1)
 
 
+def _norm(module, x):
+    """The layer's RMSNorm; in fp32 as one fused op (the same numbers, fewer calls)."""
+    if x.dtype == torch.float32 and hasattr(module, "variance_epsilon"):
+        return F.rms_norm(x, (x.shape[-1],), module.weight, module.variance_epsilon)
+    return module(x)
+
+
 def _stack(*linears):
     """(weight, bias) of the linear maps side by side: one F.linear computes all of them."""
     weight = torch.cat([m.weight.detach() for m in linears])
@@ -126,10 +133,10 @@ class StaticDecoder:
         h = self.core.embed_tokens(ids)                                   # (B, q, E)
         cos, sin = self.cos[positions], self.sin[positions]               # (B, q, D) each
         for i, layer in enumerate(self.layers):
-            h = h + self._attend(i, layer, layer.input_layernorm(h), cos, sin, mask)
-            h = h + self._mlp(i, layer.mlp, layer.post_attention_layernorm(h))
+            h = h + self._attend(i, layer, _norm(layer.input_layernorm, h), cos, sin, mask)
+            h = h + self._mlp(i, layer.mlp, _norm(layer.post_attention_layernorm, h))
         self.length += ids.shape[1]
-        return self.model.lm_head(self.core.norm(h[:, -1:]))[:, 0]       # (B, V)
+        return self.model.lm_head(_norm(self.core.norm, h[:, -1:]))[:, 0]  # (B, V)
 
     @torch.no_grad()
     def prefill(self, prompt_ids, prompt_mask, positions, repeats: int = 1):

@@ -311,12 +311,14 @@ class Trainer:
         return metrics
 
     def _reward_metrics(self, rewards, group_ids, valid, per_func) -> dict:
-        r = rewards[valid].double()
-        out = {"reward": r.mean().item() if len(r) else float("nan")}
+        r_all = rewards.double().cpu().numpy()                    # numpy: a few dozen tiny reductions
+        ok_all, gid = valid.cpu().numpy(), group_ids.cpu().numpy()
+        r = r_all[ok_all]
+        out = {"reward": float(r.mean()) if len(r) else float("nan")}
         stds, zero = [], 0
-        for g in range(int(group_ids.max()) + 1):
-            rg = rewards[(group_ids == g) & valid].double()
-            s = rg.std().item() if len(rg) > 1 else 0.0
+        for g in range(int(gid.max()) + 1):
+            rg = r_all[(gid == g) & ok_all]
+            s = float(rg.std(ddof=1)) if len(rg) > 1 else 0.0
             stds.append(s)
             zero += s == 0.0
         out["reward_std"] = float(np.mean(stds))
