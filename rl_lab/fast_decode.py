@@ -52,6 +52,11 @@ def _norm(module, x):
     return module(x)
 
 
+def _linear(module, x):
+    """module(x) for an nn.Linear, without the module-call machinery (hooks are not used here)."""
+    return F.linear(x, module.weight, module.bias)
+
+
 def _stack(*linears):
     """(weight, bias) of the linear maps side by side: one F.linear computes all of them."""
     weight = torch.cat([m.weight.detach() for m in linears])
@@ -84,6 +89,7 @@ class StaticDecoder:
         # the weights as read now, q/k/v and gate/up stacked: one matrix product each instead of 3 + 2
         self.qkv = [_stack(l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj) for l in self.layers]
         self.gate_up = [_stack(l.mlp.gate_proj, l.mlp.up_proj) for l in self.layers]
+        self.silu = getattr(cfg, "hidden_act", None) == "silu"
         # the model's rotary embedding at every position, looked up by position id
         every = torch.arange(max_len, device=p.device)[None]                             # (1, S)
         cos, sin = self.core.rotary_emb(self.k.new_zeros(1, max_len, 1), every)           # (1, S, D)
@@ -95,7 +101,7 @@ class StaticDecoder:
         B, q, _ = h.shape
         qkv = F.linear(h, *self.qkv[i]).view(B, q, -1, self.head_dim)    # (B, q, H + 2 Hkv, D)
         rot = qkv[:, :, : H + self.n_kv]                                  # query and key heads
-        rot = rot * cos[:, :, None] + _rotate_half(rot) * sin[:, :, None]
+        rot = rot * cos + _rotate_half(rot) * sin                        # cos, sin: (B, q, 1, D)
         qs = rot[:, :, :H].transpose(1, 2)                                # (B, H, q, D)
         ks = rot[:, :, H:].transpose(1, 2)                                # (B, Hkv, q, D)
         vs = qkv[:, :, H + self.n_kv:].transpose(1, 2)                    # (B, Hkv, q, D)
@@ -116,27 +122,28 @@ class StaticDecoder:
                 out = scores.softmax(-1) @ values                         # (B, Hkv, G, D)
             else:  # low precision: the fused kernel's fp32 accumulation, as the HF forward
                 out = F.scaled_dot_product_attention(qs, keys, values, attn_mask=mask, scale=attn.scaling)
-            return attn.o_proj(out.reshape(B, 1, -1))                     # (B, 1, E)
+            return _linear(attn.o_proj, out.reshape(B, 1, -1))            # (B, 1, E)
         if self.groups > 1:
             keys = keys.repeat_interleave(self.groups, dim=1)             # (B, H, S, D)
             values = values.repeat_interleave(self.groups, dim=1)
         out = F.scaled_dot_product_attention(qs, keys, values, attn_mask=mask, scale=attn.scaling)
-        return attn.o_proj(out.transpose(1, 2).reshape(B, q, -1))         # (B, q, E)
+        return _linear(attn.o_proj, out.transpose(1, 2).reshape(B, q, -1))  # (B, q, E)
 
     def _mlp(self, i: int, mlp, x):
         gate, up = F.linear(x, *self.gate_up[i]).chunk(2, dim=-1)        # (B, q, I) each
-        return mlp.down_proj(mlp.act_fn(gate) * up)                       # (B, q, E)
+        act = F.silu(gate) if self.silu else mlp.act_fn(gate)
+        return _linear(mlp.down_proj, act * up)                           # (B, q, E)
 
     def _forward(self, ids, positions, mask):
         """ids, positions: (B, q); mask: (B, 1, q, length+q) bool, True = attend -> (B, V)
         logits of the last position."""
-        h = self.core.embed_tokens(ids)                                   # (B, q, E)
-        cos, sin = self.cos[positions], self.sin[positions]               # (B, q, D) each
+        h = F.embedding(ids, self.core.embed_tokens.weight)               # (B, q, E)
+        cos, sin = self.cos[positions][:, :, None], self.sin[positions][:, :, None]  # (B, q, 1, D)
         for i, layer in enumerate(self.layers):
             h = h + self._attend(i, layer, _norm(layer.input_layernorm, h), cos, sin, mask)
             h = h + self._mlp(i, layer.mlp, _norm(layer.post_attention_layernorm, h))
         self.length += ids.shape[1]
-        return self.model.lm_head(_norm(self.core.norm, h[:, -1:]))[:, 0]  # (B, V)
+        return _linear(self.model.lm_head, _norm(self.core.norm, h[:, -1:]))[:, 0]  # (B, V)
 
     @torch.no_grad()
     def prefill(self, prompt_ids, prompt_mask, positions, repeats: int = 1):

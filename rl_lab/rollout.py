@@ -61,7 +61,9 @@ class RolloutEngine(Protocol):
 def process_logits(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
     """(B, V) raw logits -> (B, V) log-probs of the distribution actually sampled from:
     temperature, then min-p, top-k and top-p (removed tokens get -inf)."""
-    logits = logits.float() / sampling.temperature
+    logits = logits.float()
+    if sampling.temperature != 1.0:
+        logits = logits / sampling.temperature
     if sampling.min_p > 0:  # p >= min_p * p_max: Dynamic Vocabulary Pruning's safe set
         logits = logits.masked_fill(~safe_vocabulary(logits, sampling.min_p), float("-inf"))
     if sampling.top_k and sampling.top_k < logits.shape[-1]:
@@ -87,18 +89,17 @@ def sample_tokens(logp: torch.Tensor, generator: torch.Generator | None):
     150k vocabulary keeps its share; on a CPU this is 6x (V = 64) to 40x (V = 32k) faster than
     torch.multinomial (tests/test_rollout.py checks the frequencies)."""
     probs = logp.exp()
-    total = probs.sum(-1)                                                           # (B,)
-    bad = ~torch.isfinite(total) | (total <= 0)            # a NaN/inf anywhere, or nothing left
+    cdf = probs.double().cumsum(-1)                                                 # (B, V)
+    total = cdf[:, -1]                                                              # (B,)
+    bad = ~(torch.isfinite(total) & (total > 0))           # a NaN/inf anywhere, or nothing left
     if bad.any():
         probs = torch.where(bad[:, None], torch.ones_like(probs), probs)
-    cdf = probs.double().cumsum(-1)                                                 # (B, V)
+        cdf = probs.double().cumsum(-1)
     u = torch.rand(len(probs), 1, dtype=torch.float64, device=probs.device, generator=generator)
     tokens = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).squeeze(-1)      # (B,)
-    tokens = tokens.clamp_(max=probs.shape[-1] - 1)
-    zero = probs.gather(-1, tokens[:, None]).squeeze(-1) <= 0   # rounding put u past the last
-    if zero.any():                                              # positive token: take that one
-        last = probs.shape[-1] - 1 - (probs[zero] > 0).flip(-1).int().argmax(-1)
-        tokens[zero] = last
+    past = tokens == probs.shape[-1]      # rounding put u * total at the end: take the last
+    if past.any():                        # token with positive probability
+        tokens[past] = probs.shape[-1] - 1 - (probs[past] > 0).flip(-1).int().argmax(-1)
     token_logp = logp.gather(-1, tokens[:, None]).squeeze(-1)                     # (B,)
     token_logp = torch.where(bad, torch.full_like(token_logp, float("nan")), token_logp)
     return tokens, token_logp
@@ -195,10 +196,9 @@ class HFEngine:
             if full is not None:
                 full.append(logp)
             tokens, token_logp = sample_tokens(logp, generator)            # (B,), (B,)
-            alive = ~finished
-            completion_ids[:, t] = torch.where(alive, tokens, torch.full_like(tokens, pad))
-            sampler_logprobs[:, t] = torch.where(alive, token_logp, torch.zeros_like(token_logp))
-            completion_mask[:, t] = alive.long()
+            completion_ids[:, t] = tokens.masked_fill_(finished, pad)      # rows already done: pad
+            sampler_logprobs[:, t] = token_logp.masked_fill_(finished, 0.0)
+            completion_mask[:, t] = ~finished
             finished |= tokens == eos
             if finished.all() or t == T - 1:
                 break
