@@ -85,7 +85,6 @@ class StaticDecoder:
         self.v = torch.zeros(shape, dtype=p.dtype, device=p.device)
         self.key_ok = torch.zeros(batch_size, max_len, dtype=torch.bool, device=p.device)  # (B, S)
         self.length = 0                                                   # cache positions filled
-        self.repeats = 1                                                  # rows per prefilled prompt
         # the weights as read now, q/k/v and gate/up stacked: one matrix product each instead of 3 + 2
         self.qkv = [_stack(l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj) for l in self.layers]
         self.gate_up = [_stack(l.mlp.gate_proj, l.mlp.up_proj) for l in self.layers]
@@ -107,9 +106,10 @@ class StaticDecoder:
         vs = qkv[:, :, H + self.n_kv:].transpose(1, 2)                    # (B, Hkv, q, D)
         end = self.length + q
         if self.length == 0:  # prefill of the distinct prompts: attend to their own keys, store
-            keys, values = ks, vs                                         # them once per row
-            self.k[i, :, :, :q] = ks.repeat_interleave(self.repeats, 0) if self.repeats > 1 else ks
-            self.v[i, :, :, :q] = vs.repeat_interleave(self.repeats, 0) if self.repeats > 1 else vs
+            keys, values = ks, vs                                         # them once per cache row
+            repeats = self.k.shape[1] // B
+            self.k[i, :, :, :q] = ks.repeat_interleave(repeats, 0)
+            self.v[i, :, :, :q] = vs.repeat_interleave(repeats, 0)
         else:
             self.k[i, :, :, self.length:end] = ks
             self.v[i, :, :, self.length:end] = vs
@@ -152,7 +152,7 @@ class StaticDecoder:
         N, P = prompt_ids.shape
         if N * repeats != self.k.shape[1]:
             raise ValueError(f"prefill: {N} prompts x repeats={repeats} != batch size {self.k.shape[1]}")
-        self.length, self.repeats = 0, repeats
+        self.length = 0
         self.key_ok.zero_()
         self.key_ok[:, :P] = prompt_mask.bool().repeat_interleave(repeats, 0)
         causal = torch.ones(P, P, dtype=torch.bool, device=prompt_ids.device).tril()
@@ -160,7 +160,7 @@ class StaticDecoder:
         eye = torch.eye(P, dtype=torch.bool, device=prompt_ids.device)
         mask = (causal & prompt_mask.bool()[:, None, :]) | eye            # (N, P, P)
         logits = self._forward(prompt_ids, positions, mask[:, None])      # (N, V)
-        return logits.repeat_interleave(repeats, 0) if repeats > 1 else logits
+        return logits.repeat_interleave(repeats, 0)                       # (B, V)
 
     @torch.no_grad()
     def step(self, tokens, positions):

@@ -19,6 +19,7 @@ Any Hugging Face causal LM with a key/value cache works; with no repeated prompt
 """
 from __future__ import annotations
 
+import functools
 import inspect
 
 import torch
@@ -26,7 +27,12 @@ import torch
 
 def cache_argument(model) -> str:
     """transformers 5 renamed `past_key_values` to `cache`; accept both."""
-    params = inspect.signature(model.forward).parameters
+    return _cache_argument_of(type(model))
+
+
+@functools.lru_cache(maxsize=None)
+def _cache_argument_of(model_class) -> str:   # the signature is the class's: read it once
+    params = inspect.signature(model_class.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 
 
@@ -46,11 +52,11 @@ def completion_logits(model, prompt_ids, prompt_mask, completion_ids, share_pref
     T = completion_ids.shape[1]
     attn = torch.cat([prompt_mask, torch.ones_like(completion_ids)], dim=1)            # (B, P+T)
     positions = (attn.cumsum(-1) - 1).clamp(min=0)                                     # (B, P+T)
+    distinct = None
     if share_prefix and B > 1:
         rows = torch.cat([prompt_ids, prompt_mask.to(prompt_ids.dtype)], dim=1)        # (B, 2P)
         distinct, inverse = torch.unique(rows, dim=0, return_inverse=True)             # (U, 2P), (B,)
-        share_prefix = distinct.shape[0] < B
-    if not (share_prefix and B > 1):          # the plain forward over prompt + completion
+    if distinct is None or len(distinct) == B:  # nothing repeated: the plain forward
         input_ids = torch.cat([prompt_ids, completion_ids], dim=1)                     # (B, P+T)
         return model(input_ids=input_ids, attention_mask=attn, position_ids=positions,
                      logits_to_keep=T + 1).logits[:, :-1]                              # (B, T, V)
