@@ -2,14 +2,16 @@
 
 For a tiny model, a call to the Hugging Face forward costs far more in Python (mask building,
 cache objects, output dataclasses, keyword plumbing) than in arithmetic, and sampling calls it
-once per generated token.  `StaticDecoder` runs the same modules of the same model -- embedding,
+once per generated token.  `StaticDecoder` runs the same weights of the same model -- embedding,
 RMSNorms, q/k/v/o projections, rotary embedding, MLP, lm_head -- with the same attention math
-(scaled dot-product attention over repeated KV heads) on a key/value cache preallocated for
-prompt + completion, so a decode step is little more than the model's own operations.  The
-weights are the model's, read at call time: a synced, quantised or stale sampler copy is used
-as it is.  `supports(model)` says when it applies; `HFEngine` falls back to the Hugging Face
+on a key/value cache preallocated for prompt + completion.  A decode step is one pure function,
+`decode_step`, whose tensors keep their shapes from the first token to the last: it attends over
+the whole cache under a key mask (the positions not yet written are masked), so no slice of the
+cache is ever copied, and the step is the model's own operations and little else.  The weights
+are the model's, read when the decoder is built: a synced, quantised or stale sampler copy is
+used as it is.  `supports(model)` says when it applies; `HFEngine` falls back to the Hugging Face
 forward otherwise.  tests/test_rollout.py checks it against that forward (log-probs to 1e-5,
-same tokens).
+same tokens, fp32 and bf16, Qwen2 and Llama).
 
     dec = StaticDecoder(model, batch_size=B, max_len=P + T)
     logits = dec.prefill(prompt_ids, prompt_mask, positions)   # (B, V), last prompt position
@@ -17,6 +19,8 @@ same tokens).
     logits = dec.step(tokens, positions[:, -1] + 1)            # (B, V), one new token per row
 """
 from __future__ import annotations
+
+from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -40,21 +44,48 @@ def supports(model) -> bool:
     return getattr(cfg, "_attn_implementation", "sdpa") in ("sdpa", "eager")
 
 
-def _rotate_half(x):
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
+class Layer(NamedTuple):
+    """One decoder block's weights; q/k/v and gate/up stacked (one matrix product each)."""
+    input_norm: torch.Tensor      # (E,)
+    qkv_weight: torch.Tensor      # ((H + 2 Hkv) D, E)
+    qkv_bias: torch.Tensor | None
+    o_weight: torch.Tensor        # (E, H D)
+    o_bias: torch.Tensor | None
+    post_norm: torch.Tensor       # (E,)
+    gate_up_weight: torch.Tensor  # (2 I, E)
+    gate_up_bias: torch.Tensor | None
+    down_weight: torch.Tensor     # (E, I)
+    down_bias: torch.Tensor | None
 
 
-def _norm(module, x):
-    """The layer's RMSNorm; in fp32 as one fused op (the same numbers, fewer calls)."""
-    if x.dtype == torch.float32 and hasattr(module, "variance_epsilon"):
-        return F.rms_norm(x, (x.shape[-1],), module.weight, module.variance_epsilon)
-    return module(x)
+class Weights(NamedTuple):
+    """What a forward reads: the model's tensors as they are now, and its shape constants."""
+    embed: torch.Tensor           # (V, E)
+    layers: tuple[Layer, ...]
+    final_norm: torch.Tensor      # (E,)
+    lm_head: torch.Tensor         # (V, E), the embedding itself when tied
+    lm_head_bias: torch.Tensor | None
+    cos: torch.Tensor             # (S, D) rotary table at every cache position
+    sin_signed: torch.Tensor      # (S, D) sin with its first half negated (see `_rotate`)
+    n_heads: int
+    n_kv: int
+    head_dim: int
+    eps: float
+    scale: float
+    act: Callable
 
 
-def _linear(module, x):
-    """module(x) for an nn.Linear, without the module-call machinery (hooks are not used here)."""
-    return F.linear(x, module.weight, module.bias)
+def rms_norm(x, weight, eps: float):
+    """The Hugging Face Qwen2/Llama RMSNorm: in fp32 one fused op (the same numbers, fewer
+    calls); in low precision normalised in fp32 and cast back before the weight, as HF does."""
+    if x.dtype == torch.float32:
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
+    x32 = x.float()
+    return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def _detached(t):
+    return None if t is None else t.detach()
 
 
 def _stack(*linears):
@@ -66,84 +97,133 @@ def _stack(*linears):
     return weight, bias
 
 
+def read_weights(model, max_len: int) -> Weights:
+    """The model's weights (no copy, except the stacked q/k/v and gate/up) and rotary table."""
+    core, cfg = model.model, model.config
+    H, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
+    D = getattr(cfg, "head_dim", None) or cfg.hidden_size // H
+    layers = []
+    for layer in core.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        qkv_w, qkv_b = _stack(attn.q_proj, attn.k_proj, attn.v_proj)
+        gate_up_w, gate_up_b = _stack(mlp.gate_proj, mlp.up_proj)
+        layers.append(Layer(layer.input_layernorm.weight.detach(), qkv_w, qkv_b,
+                            attn.o_proj.weight.detach(), _detached(attn.o_proj.bias),
+                            layer.post_attention_layernorm.weight.detach(), gate_up_w, gate_up_b,
+                            mlp.down_proj.weight.detach(), _detached(mlp.down_proj.bias)))
+    p = core.embed_tokens.weight
+    every = torch.arange(max_len, device=p.device)[None]                         # (1, S)
+    cos, sin = core.rotary_emb(p.new_zeros(1, max_len, 1), every)                # (1, S, D)
+    sin_signed = torch.cat([-sin[0, :, : D // 2], sin[0, :, D // 2:]], -1)
+    act = F.silu if getattr(cfg, "hidden_act", None) == "silu" else core.layers[0].mlp.act_fn
+    head = model.lm_head
+    return Weights(p.detach(), tuple(layers), core.norm.weight.detach(), head.weight.detach(),
+                   _detached(head.bias), cos[0], sin_signed, H, Hkv, D,
+                   core.norm.variance_epsilon, core.layers[0].self_attn.scaling, act)
+
+
+def _rotate(x, cos, sin_signed):
+    """HF's rotary embedding x * cos + rotate_half(x) * sin, where rotate_half(x) = (-x2, x1)
+    for the halves (x1, x2) of the head dimension; (-x2, x1) is roll(x) = (x2, x1) with the first
+    half negated, so one roll and a sign folded into the table replace a chunk, a neg and a cat."""
+    return x * cos + x.roll(x.shape[-1] // 2, -1) * sin_signed
+
+
+def _project_qkv(w: Weights, layer: Layer, h, cos, sin_signed):
+    """h (..., E), cos/sin_signed (..., 1, D) -> rotated queries (..., H, D), rotated keys
+    (..., Hkv, D) and values (..., Hkv, D)."""
+    qkv = F.linear(rms_norm(h, layer.input_norm, w.eps), layer.qkv_weight, layer.qkv_bias)
+    qkv = qkv.view(*h.shape[:-1], -1, w.head_dim)                         # (..., H + 2 Hkv, D)
+    rot = _rotate(qkv[..., : w.n_heads + w.n_kv, :], cos, sin_signed)     # query and key heads
+    return rot[..., : w.n_heads, :], rot[..., w.n_heads:, :], qkv[..., w.n_heads + w.n_kv:, :]
+
+
+def _plus_linear(h, x, weight, bias):
+    """h + F.linear(x, weight, bias); in fp32 without a bias as one addmm (2-D h and x)."""
+    if bias is None and h.dtype == torch.float32 and h.dim() == 2:
+        return torch.addmm(h, x, weight.t())
+    return h + F.linear(x, weight, bias)
+
+
+def _plus_mlp(w: Weights, layer: Layer, h):
+    """h + MLP(norm(h)) for h (..., E)."""
+    x = rms_norm(h, layer.post_norm, w.eps)
+    gate, up = F.linear(x, layer.gate_up_weight, layer.gate_up_bias).chunk(2, dim=-1)   # (..., I) each
+    return _plus_linear(h, w.act(gate) * up, layer.down_weight, layer.down_bias)        # (..., E)
+
+
+def _logits(w: Weights, h):
+    """h (B, E) -> (B, V)."""
+    return F.linear(rms_norm(h, w.final_norm, w.eps), w.lm_head, w.lm_head_bias)
+
+
+def decode_step(w: Weights, k_cache, v_cache, key_ok, index, tokens, positions):
+    """One new token per row, written at cache position `index`, attending to every cache
+    position that `key_ok` allows.  Every tensor keeps its shape from step to step.
+
+    k_cache, v_cache: (L, B, Hkv, S, D), written in place; key_ok: (B, S) bool, True = a key
+    to attend to (position `index` included); index: (1,) long; tokens, positions: (B,)
+    -> (B, V) next-token logits."""
+    B, S = key_ok.shape
+    Hkv, G, D = w.n_kv, w.n_heads // w.n_kv, w.head_dim
+    fp32 = w.embed.dtype == torch.float32
+    if fp32:  # the mask as an additive bias (0 or -inf), one row per KV head
+        bias = torch.zeros(B, S, device=key_ok.device).masked_fill_(~key_ok, float("-inf"))
+        bias = bias.repeat_interleave(Hkv, 0)[:, None]                    # (B Hkv, 1, S)
+    h = F.embedding(tokens, w.embed)                                      # (B, E)
+    cos, sin = w.cos[positions][:, None], w.sin_signed[positions][:, None]  # (B, 1, D)
+    for i, layer in enumerate(w.layers):
+        qs, ks, vs = _project_qkv(w, layer, h, cos, sin)                  # (B, H|Hkv, D)
+        keys, values = k_cache[i], v_cache[i]                             # (B, Hkv, S, D)
+        keys.index_copy_(2, index, ks[:, :, None])
+        values.index_copy_(2, index, vs[:, :, None])
+        if fp32:  # plain softmax attention (on a CPU faster than the fused kernel for one query
+            # row per head), a KV head's G query heads as the rows of one small matrix product
+            qs = qs.reshape(B * Hkv, G, D)
+            keys, values = keys.view(B * Hkv, S, D), values.view(B * Hkv, S, D)
+            scores = torch.baddbmm(bias, qs, keys.transpose(1, 2), alpha=w.scale)  # (B Hkv, G, S)
+            out = torch.bmm(scores.softmax(-1), values)                   # (B Hkv, G, D)
+        else:  # low precision: the fused kernel's fp32 accumulation, as the HF forward
+            out = F.scaled_dot_product_attention(qs.reshape(B, Hkv, G, D), keys, values,
+                                                 attn_mask=key_ok[:, None, None, :], scale=w.scale)
+        h = _plus_linear(h, out.reshape(B, -1), layer.o_weight, layer.o_bias)  # (B, E)
+        h = _plus_mlp(w, layer, h)
+    return _logits(w, h)                                                  # (B, V)
+
+
+def prefill_forward(w: Weights, k_cache, v_cache, ids, positions, mask, repeats: int):
+    """The prompts' forward from an empty cache: ids, positions (N, P), mask (N, 1, P, P) bool.
+    Each prompt's keys/values are stored for its `repeats` consecutive cache rows -> (N, V)."""
+    N, P = ids.shape
+    h = F.embedding(ids, w.embed)                                         # (N, P, E)
+    cos, sin = w.cos[positions][:, :, None], w.sin_signed[positions][:, :, None]  # (N, P, 1, D)
+    G = w.n_heads // w.n_kv
+    for i, layer in enumerate(w.layers):
+        qs, ks, vs = (x.transpose(1, 2) for x in _project_qkv(w, layer, h, cos, sin))  # (N, H|Hkv, P, D)
+        k_cache[i, :, :, :P] = ks.repeat_interleave(repeats, 0)
+        v_cache[i, :, :, :P] = vs.repeat_interleave(repeats, 0)
+        if G > 1:
+            ks, vs = ks.repeat_interleave(G, dim=1), vs.repeat_interleave(G, dim=1)   # (N, H, P, D)
+        out = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, scale=w.scale)
+        h = _plus_linear(h, out.transpose(1, 2).reshape(N, P, -1), layer.o_weight, layer.o_bias)  # (N, P, E)
+        h = _plus_mlp(w, layer, h)
+    return _logits(w, h[:, -1])                                           # (N, V)
+
+
 class StaticDecoder:
-    """Prefill + one-token steps on a preallocated cache of shape (L, B, H_kv, max_len, D)."""
+    """Prefill + one-token steps on a preallocated cache of shape (L, B, Hkv, max_len, D)."""
 
     def __init__(self, model, batch_size: int, max_len: int):
         if not supports(model):
             raise ValueError(f"StaticDecoder supports {SUPPORTED} models without sliding window; "
                              f"got model_type={getattr(model.config, 'model_type', None)!r}")
-        self.model, self.core = model, model.model
-        cfg = model.config
-        self.layers = list(self.core.layers)
-        self.n_heads, self.n_kv = cfg.num_attention_heads, cfg.num_key_value_heads
-        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        self.groups = self.n_heads // self.n_kv
-        p = next(model.parameters())
-        shape = (len(self.layers), batch_size, self.n_kv, max_len, self.head_dim)
-        self.k = torch.zeros(shape, dtype=p.dtype, device=p.device)
-        self.v = torch.zeros(shape, dtype=p.dtype, device=p.device)
-        self.key_ok = torch.zeros(batch_size, max_len, dtype=torch.bool, device=p.device)  # (B, S)
+        self.weights = w = read_weights(model, max_len)
+        shape = (len(w.layers), batch_size, w.n_kv, max_len, w.head_dim)
+        self.k = w.embed.new_zeros(shape)
+        self.v = w.embed.new_zeros(shape)
+        self.key_ok = torch.zeros(batch_size, max_len, dtype=torch.bool, device=w.embed.device)  # (B, S)
+        self.indices = torch.arange(max_len, device=w.embed.device)[:, None]  # (S, 1): row t is index t
         self.length = 0                                                   # cache positions filled
-        # the weights as read now, q/k/v and gate/up stacked: one matrix product each instead of 3 + 2
-        self.qkv = [_stack(l.self_attn.q_proj, l.self_attn.k_proj, l.self_attn.v_proj) for l in self.layers]
-        self.gate_up = [_stack(l.mlp.gate_proj, l.mlp.up_proj) for l in self.layers]
-        self.silu = getattr(cfg, "hidden_act", None) == "silu"
-        # the model's rotary embedding at every position, looked up by position id
-        every = torch.arange(max_len, device=p.device)[None]                             # (1, S)
-        cos, sin = self.core.rotary_emb(self.k.new_zeros(1, max_len, 1), every)           # (1, S, D)
-        self.cos, self.sin = cos[0], sin[0]                                               # (S, D)
-
-    def _attend(self, i: int, layer, h, cos, sin, mask):
-        """One attention block on h (B, q, E): writes its keys/values at [length, length+q)."""
-        attn, H = layer.self_attn, self.n_heads
-        B, q, _ = h.shape
-        qkv = F.linear(h, *self.qkv[i]).view(B, q, -1, self.head_dim)    # (B, q, H + 2 Hkv, D)
-        rot = qkv[:, :, : H + self.n_kv]                                  # query and key heads
-        rot = rot * cos + _rotate_half(rot) * sin                        # cos, sin: (B, q, 1, D)
-        qs = rot[:, :, :H].transpose(1, 2)                                # (B, H, q, D)
-        ks = rot[:, :, H:].transpose(1, 2)                                # (B, Hkv, q, D)
-        vs = qkv[:, :, H + self.n_kv:].transpose(1, 2)                    # (B, Hkv, q, D)
-        end = self.length + q
-        if self.length == 0:  # prefill of the distinct prompts: attend to their own keys, store
-            keys, values = ks, vs                                         # them once per cache row
-            repeats = self.k.shape[1] // B
-            self.k[i, :, :, :q] = ks.repeat_interleave(repeats, 0)
-            self.v[i, :, :, :q] = vs.repeat_interleave(repeats, 0)
-        else:
-            self.k[i, :, :, self.length:end] = ks
-            self.v[i, :, :, self.length:end] = vs
-            keys, values = self.k[i, :, :, :end], self.v[i, :, :, :end]   # (B, Hkv, S, D)
-        if q == 1:  # decode: a KV head's query heads as its query rows, no copy of the cache
-            qs = qs.reshape(B, self.n_kv, self.groups, self.head_dim)     # (B, Hkv, G, D)
-            if qs.dtype == torch.float32:  # one query row per head: plain softmax attention is
-                scores = (qs @ keys.transpose(-1, -2)) * attn.scaling     # faster than the fused
-                scores = scores.masked_fill(~mask, float("-inf"))         # kernel on a CPU
-                out = scores.softmax(-1) @ values                         # (B, Hkv, G, D)
-            else:  # low precision: the fused kernel's fp32 accumulation, as the HF forward
-                out = F.scaled_dot_product_attention(qs, keys, values, attn_mask=mask, scale=attn.scaling)
-            return _linear(attn.o_proj, out.reshape(B, 1, -1))            # (B, 1, E)
-        if self.groups > 1:
-            keys = keys.repeat_interleave(self.groups, dim=1)             # (B, H, S, D)
-            values = values.repeat_interleave(self.groups, dim=1)
-        out = F.scaled_dot_product_attention(qs, keys, values, attn_mask=mask, scale=attn.scaling)
-        return _linear(attn.o_proj, out.transpose(1, 2).reshape(B, q, -1))  # (B, q, E)
-
-    def _mlp(self, i: int, mlp, x):
-        gate, up = F.linear(x, *self.gate_up[i]).chunk(2, dim=-1)        # (B, q, I) each
-        act = F.silu(gate) if self.silu else mlp.act_fn(gate)
-        return _linear(mlp.down_proj, act * up)                           # (B, q, E)
-
-    def _forward(self, ids, positions, mask):
-        """ids, positions: (B, q); mask: (B, 1, q, length+q) bool, True = attend -> (B, V)
-        logits of the last position."""
-        h = F.embedding(ids, self.core.embed_tokens.weight)               # (B, q, E)
-        cos, sin = self.cos[positions][:, :, None], self.sin[positions][:, :, None]  # (B, q, 1, D)
-        for i, layer in enumerate(self.layers):
-            h = h + self._attend(i, layer, _norm(layer.input_layernorm, h), cos, sin, mask)
-            h = h + self._mlp(i, layer.mlp, _norm(layer.post_attention_layernorm, h))
-        self.length += ids.shape[1]
-        return _linear(self.model.lm_head, _norm(self.core.norm, h[:, -1:]))[:, 0]  # (B, V)
 
     @torch.no_grad()
     def prefill(self, prompt_ids, prompt_mask, positions, repeats: int = 1):
@@ -152,19 +232,23 @@ class StaticDecoder:
         N, P = prompt_ids.shape
         if N * repeats != self.k.shape[1]:
             raise ValueError(f"prefill: {N} prompts x repeats={repeats} != batch size {self.k.shape[1]}")
-        self.length = 0
         self.key_ok.zero_()
         self.key_ok[:, :P] = prompt_mask.bool().repeat_interleave(repeats, 0)
         causal = torch.ones(P, P, dtype=torch.bool, device=prompt_ids.device).tril()
         # a padding query sees itself only: no row is empty (an all-masked row would give NaN)
         eye = torch.eye(P, dtype=torch.bool, device=prompt_ids.device)
         mask = (causal & prompt_mask.bool()[:, None, :]) | eye            # (N, P, P)
-        logits = self._forward(prompt_ids, positions, mask[:, None])      # (N, V)
+        logits = prefill_forward(self.weights, self.k, self.v, prompt_ids, positions, mask[:, None], repeats)
+        self.length = P
         return logits.repeat_interleave(repeats, 0)                       # (B, V)
 
     @torch.no_grad()
     def step(self, tokens, positions):
         """tokens (B,), positions (B,) of the new tokens -> (B, V) next-token logits."""
+        if self.length >= self.k.shape[3]:
+            raise ValueError(f"StaticDecoder: the cache holds {self.k.shape[3]} positions; all are written")
         self.key_ok[:, self.length] = True
-        mask = self.key_ok[:, None, None, : self.length + 1]              # (B, 1, 1, S)
-        return self._forward(tokens[:, None], positions[:, None], mask)
+        logits = decode_step(self.weights, self.k, self.v, self.key_ok, self.indices[self.length],
+                             tokens, positions)
+        self.length += 1
+        return logits

@@ -134,6 +134,57 @@ def test_static_decoder_equals_the_hugging_face_forward(fresh_tiny, dtype):
     assert (fast.sampler_logprobs - slow.sampler_logprobs).abs().max().item() < tol
 
 
+def _tiny_llama(tok, **config):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                      pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, **config)
+    model = LlamaForCausalLM(cfg)
+    with torch.no_grad():   # the biases start at zero: give them values the test can see
+        for name, p in model.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0, 0.1)
+    return model
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_static_decoder_equals_the_hugging_face_forward_on_llama_with_biases(fresh_tiny, dtype):
+    """A Llama with attention and MLP biases, untied embeddings: every weight the decoder reads."""
+    from rl_lab.fast_decode import supports
+
+    _, tok = fresh_tiny
+    model = _tiny_llama(tok, attention_bias=True, mlp_bias=True, tie_word_embeddings=False)
+    e = HFEngine(model, tok, dtype=dtype)
+    assert supports(e.model)
+    fast = _gen(e, seed=5)
+    e.fast = False
+    slow = _gen(e, seed=5)
+    assert torch.equal(fast.completion_ids, slow.completion_ids)
+    tol = 1e-5 if dtype == "float32" else 0.05
+    assert (fast.sampler_logprobs - slow.sampler_logprobs).abs().max().item() < tol
+
+
+def test_static_decoder_steps_keep_their_shapes_and_stop_at_the_end(fresh_tiny):
+    """Every step reads and writes the same preallocated tensors; a step past the cache is refused."""
+    from rl_lab.fast_decode import StaticDecoder
+
+    model, tok = fresh_tiny
+    dec = StaticDecoder(model, batch_size=2, max_len=5)
+    ids = torch.tensor([[3, 4, 5], [0, 6, 7]])
+    mask = (ids != 0).long()
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    k, v = dec.k.data_ptr(), dec.v.data_ptr()
+    dec.prefill(ids, mask, pos)
+    assert dec.key_ok.tolist() == [[True] * 3 + [False] * 2, [False] + [True] * 2 + [False] * 2]
+    for t in range(2):
+        assert dec.step(torch.tensor([8, 9]), pos[:, -1] + 1 + t).shape == (2, len(tok))
+    assert (dec.k.data_ptr(), dec.v.data_ptr()) == (k, v) and dec.key_ok.all(-1)[0]
+    with pytest.raises(ValueError, match="all are written"):
+        dec.step(torch.tensor([8, 9]), pos[:, -1] + 3)
+
+
 def test_static_decoder_declines_what_it_does_not_implement(fresh_tiny):
     from rl_lab.fast_decode import StaticDecoder, supports
 
