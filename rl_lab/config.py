@@ -23,7 +23,7 @@ ADV_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_ba
                   "optimal_token_baseline")
 ROLLOUT_IS = (None, "token", "sequence")
 SAMPLER_QUANTIZATION = (None, "int8")
-SCHEDULERS = ("constant", "linear", "cosine")
+SCHEDULERS = ("constant", "linear", "cosine", "length_triggered")
 
 
 class ConfigError(ValueError):
@@ -195,7 +195,18 @@ class RLConfig(_Validated):
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     lr_scheduler_type: str = "constant"
+    """constant, linear, cosine (to 0 at max_steps), or length_triggered: halve the learning rate
+    every lr_decay_period_factor x (surge step) steps once the mean completion length surges
+    (rl_lab.schedules; chapter 7)."""
     warmup_steps: int = 0
+    length_baseline_steps: int = 50
+    """length_triggered: the baseline length is the mean over this many first steps."""
+    length_surge_factor: float = 3.0
+    """length_triggered: a surge is a step whose mean length exceeds this multiple of the baseline."""
+    lr_decay_period_factor: float = 1.8
+    """length_triggered: the decay period is this multiple of the surge step."""
+    min_lr_ratio: float = 0.1
+    """length_triggered: the learning rate never falls below this fraction of learning_rate (verl's name)."""
     # --- run ----------------------------------------------------------------------------
     max_steps: int = 200
     seed: int = 0
@@ -257,6 +268,10 @@ class RLConfig(_Validated):
         _check_range(self, "weight_decay", lo=0)
         _check_range(self, "max_grad_norm", lo=0, lo_open=True)
         _check_choice(self, "lr_scheduler_type", SCHEDULERS)
+        _check_range(self, "length_baseline_steps", lo=1)
+        _check_range(self, "length_surge_factor", lo=1, lo_open=True)
+        _check_range(self, "lr_decay_period_factor", lo=0, lo_open=True)
+        _check_range(self, "min_lr_ratio", lo=0, hi=1, lo_open=True)
         for name in ("warmup_steps", "save_steps", "eval_steps", "seed"):
             _check_range(self, name, lo=0)
         _check_range(self, "eval_prompts", lo=1)

@@ -34,6 +34,7 @@ from rl_lab.corrections import rollout_correction, token_kl
 from rl_lab.injectors import MismatchEngine, make_engine
 from rl_lab.models import quiet_hf_progress, resolve_model
 from rl_lab.rollout import HFEngine, RolloutBatch
+from rl_lab.schedules import length_triggered_lr_factor
 from rl_lab.tasks import get_task
 from rl_lab.utils import atomic_replace_dir, atomic_write_text, pick_device, read_jsonl, seed_everything
 
@@ -125,6 +126,7 @@ class Trainer:
         self.global_step = 0
         self.num_tokens = 0
         self.history: list[dict] = []
+        self.mean_lengths: list[float] = []   # per step, for lr_scheduler_type="length_triggered"
         self.output_dir = Path(cfg.output_dir) if cfg.output_dir else None
 
     # ------------------------------------------------------------------ schedule
@@ -137,6 +139,9 @@ class Trainer:
             return max(0.0, 1.0 - frac)
         if cfg.lr_scheduler_type == "cosine":
             return 0.5 * (1 + math.cos(math.pi * min(frac, 1.0)))
+        if cfg.lr_scheduler_type == "length_triggered":   # from the lengths of the steps before this one
+            return length_triggered_lr_factor(step, self.mean_lengths, cfg.length_baseline_steps, cfg.length_surge_factor,
+                                              cfg.lr_decay_period_factor, cfg.min_lr_ratio)
         return 1.0
 
     # ------------------------------------------------------------------ one step
@@ -282,10 +287,11 @@ class Trainer:
         lengths = batch.completion_mask.sum(-1).float()
         self.num_tokens += int(batch.prompt_mask.sum() + batch.completion_mask.sum())
         metrics = {"step": self.global_step}
+        self.mean_lengths.append(lengths.mean().item())
         metrics.update(self._reward_metrics(rewards, batch.group_ids, valid, per_func))
         term = lengths[~batch.is_truncated]
         metrics.update({
-            "completions/mean_length": lengths.mean().item(),
+            "completions/mean_length": self.mean_lengths[-1],
             "completions/min_length": lengths.min().item(),
             "completions/max_length": lengths.max().item(),
             "completions/clipped_ratio": batch.is_truncated.float().mean().item(),
@@ -398,6 +404,7 @@ class Trainer:
             self.model.save_pretrained(tmp)
         self.tokenizer.save_pretrained(tmp)
         state = {"global_step": self.global_step, "num_tokens": self.num_tokens,
+                 "mean_lengths": self.mean_lengths,
                  "optimizer": self.optimizer.state_dict(),
                  "rng": self.rng.bit_generator.state, "generator": self.generator.get_state(),
                  "ref_model": self.ref_model.state_dict() if self.ref_model is not None else None,
@@ -436,6 +443,7 @@ class Trainer:
         if state.get("engine") is not None and hasattr(self.engine, "load_state_dict"):
             self.engine.load_state_dict(state["engine"])
         self.global_step, self.num_tokens = state["global_step"], state["num_tokens"]
+        self.mean_lengths = list(state.get("mean_lengths", []))[: self.global_step]
         metrics_path = self.output_dir / "metrics.jsonl" if self.output_dir else None
         if metrics_path is not None and metrics_path.exists():
             rows = [r for r in read_jsonl(metrics_path) if r["step"] <= self.global_step]

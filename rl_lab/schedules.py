@@ -1,0 +1,54 @@
+"""Learning-rate schedules that react to the run: the length-triggered decay of chapter 7.
+
+*Beyond Precision* (Li et al.) argues that the training-inference mismatch is not a fixed rounding
+artefact: it grows with the optimisation, and shrinking the update size suppresses it.  Their fix
+decays the learning rate when the mean response length surges, an early warning that comes before
+the collapse.  The paper's own detector and constants were not available to us; this module
+implements the rule as third-party notes and a public verl reproduction describe it:
+
+* the *surge step* t_s is the first step t >= `baseline_steps` whose mean completion length exceeds
+  `surge_factor` x the mean over the first `baseline_steps` steps;
+* from then on the decay period is P = round(`period_factor` x t_s), and the learning rate is
+  halved every P steps, counted from step 0, down to `min_lr_ratio` x the initial one:
+  lr(t) = lr_0 * max(min_lr_ratio, 0.5 ** floor(t / P)).
+
+The factor is a pure function of the step and the lengths seen before it, so a run resumed from a
+checkpoint (whose metrics history holds the lengths) continues on the same schedule.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+
+def length_surge_step(mean_lengths: Sequence[float], baseline_steps: int = 50,
+                      surge_factor: float = 3.0) -> int | None:
+    """The first step t >= baseline_steps with mean_lengths[t] > surge_factor x mean(mean_lengths[:baseline_steps]);
+    None if there is none yet (or fewer than baseline_steps + 1 steps were seen)."""
+    if baseline_steps < 1:
+        raise ValueError(f"baseline_steps={baseline_steps}: need at least one step to define the baseline length")
+    if surge_factor <= 1:
+        raise ValueError(f"surge_factor={surge_factor}: a surge is a length above the baseline, use a factor > 1")
+    if len(mean_lengths) <= baseline_steps:
+        return None
+    baseline = sum(mean_lengths[:baseline_steps]) / baseline_steps
+    for t in range(baseline_steps, len(mean_lengths)):
+        if mean_lengths[t] > surge_factor * baseline:
+            return t
+    return None
+
+
+def length_triggered_lr_factor(step: int, mean_lengths: Sequence[float], baseline_steps: int = 50,
+                               surge_factor: float = 3.0, period_factor: float = 1.8,
+                               min_lr_ratio: float = 0.1) -> float:
+    """Multiplier of the initial learning rate at `step`, given the mean completion lengths of the
+    steps before it: 1 until a surge is detected, then 0.5 ** floor(step / P) with
+    P = round(period_factor x surge step), never below min_lr_ratio."""
+    if not 0 < min_lr_ratio <= 1:
+        raise ValueError(f"min_lr_ratio={min_lr_ratio}: choose a floor in (0, 1]")
+    if period_factor <= 0:
+        raise ValueError(f"period_factor={period_factor}: the decay period must be positive")
+    surge = length_surge_step(mean_lengths[:step], baseline_steps, surge_factor)
+    if surge is None:
+        return 1.0
+    period = max(1, round(period_factor * surge))
+    return max(min_lr_ratio, 0.5 ** (step // period))
