@@ -19,7 +19,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from rl_lab.schedules import length_surge_step, length_triggered_lr_factor
+from rl_lab.schedules import decay_period, length_surge_step, length_triggered_lr_factor
 
 
 # ----------------------------------------------------------------------------- SGA on a quadratic
@@ -90,7 +90,7 @@ def replay_length_schedule(mean_lengths: Sequence[float], baseline_steps: int = 
                                                    period_factor, min_lr_ratio)
                         for t in range(len(mean_lengths))])
     surge = length_surge_step(mean_lengths, baseline_steps, surge_factor)
-    period = None if surge is None else max(1, round(period_factor * surge))
+    period = None if surge is None else decay_period(surge, period_factor)
     return {"factors": factors, "surge_step": surge, "period": period}
 
 

@@ -37,6 +37,11 @@ def length_surge_step(mean_lengths: Sequence[float], baseline_steps: int = 50,
     return None
 
 
+def decay_period(surge_step: int, period_factor: float = 1.8) -> int:
+    """Steps between halvings once a surge was seen at `surge_step`: round(period_factor x surge_step), at least 1."""
+    return max(1, round(period_factor * surge_step))
+
+
 def length_triggered_lr_factor(step: int, mean_lengths: Sequence[float], baseline_steps: int = 50,
                                surge_factor: float = 3.0, period_factor: float = 1.8,
                                min_lr_ratio: float = 0.1) -> float:
@@ -50,5 +55,4 @@ def length_triggered_lr_factor(step: int, mean_lengths: Sequence[float], baselin
     surge = length_surge_step(mean_lengths[:step], baseline_steps, surge_factor)
     if surge is None:
         return 1.0
-    period = max(1, round(period_factor * surge))
-    return max(min_lr_ratio, 0.5 ** (step // period))
+    return max(min_lr_ratio, 0.5 ** (step // decay_period(surge, period_factor)))
