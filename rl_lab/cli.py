@@ -1,9 +1,10 @@
-"""Command line: `rl-lab train`, `rl-lab plot`, `rl-lab warmstart`.
+"""Command line: `rl-lab train`, `rl-lab plot`, `rl-lab sweep`, `rl-lab warmstart`.
 
     rl-lab train --task addition --preset smoke --out runs/x
     rl-lab train --config my.yaml --set learning_rate=3e-4 --set sampler_dtype=bfloat16
     rl-lab train --out runs/x --resume          # continue a killed run
     rl-lab plot runs/x                          # runs/x/metrics.png
+    rl-lab sweep grid.yaml --workers 2          # a grid x seeds; one row per run in <out>/results.csv
 """
 from __future__ import annotations
 
@@ -99,6 +100,13 @@ def main(argv=None) -> int:
     tr.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
     pl = sub.add_parser("plot", help="plot a run's metrics to <run>/metrics.png")
     pl.add_argument("run")
+    sw = sub.add_parser("sweep", help="run a YAML grid of RLConfig fields x seeds (see rl_lab.sweep)")
+    sw.add_argument("spec", help="YAML file with base:, grid:, seeds:, out: (and optional metrics:)")
+    sw.add_argument("--workers", type=int, default=1, help="parallel worker processes (default 1)")
+    sw.add_argument("--threads", type=int, help="torch threads per worker (default: cpu count // workers)")
+    sw.add_argument("--out", type=Path, help="override the spec's out: folder")
+    sw.add_argument("--dry-run", action="store_true", help="print the run list and what is done, run nothing")
+    sw.add_argument("--no-progress", action="store_true", help="no progress bar")
     ws = sub.add_parser("warmstart", help="build the warm-start checkpoints (see python -m rl_lab.warmstart -h)")
     ws.add_argument("rest", nargs=argparse.REMAINDER)
     args = ap.parse_args(argv)
@@ -107,6 +115,9 @@ def main(argv=None) -> int:
             return cmd_train(args)
         if args.command == "plot":
             return cmd_plot(args)
+        if args.command == "sweep":
+            from rl_lab.sweep import cmd_sweep
+            return cmd_sweep(args)
         from rl_lab.warmstart import main as warmstart_main
         return warmstart_main(args.rest)
     except ConfigError as e:
