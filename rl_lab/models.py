@@ -103,15 +103,45 @@ def load_warm_start(task: str, size: str = "0.3M"):
     return load_model(path)
 
 
+def shipped_warm_starts() -> list[str]:
+    """Names ("<task>-<size>") of the warm-start checkpoints present in CHECKPOINT_DIR."""
+    return sorted(p.name for p in CHECKPOINT_DIR.glob("*-*") if (p / "model.safetensors").exists())
+
+
+def check_model_spec(spec: str, task: str) -> None:
+    """Raise ConfigError unless `resolve_model(spec, task)` can find its model: the warm start
+    for `task` exists, the size preset is known, or the path exists.  Costs a few stat calls, so
+    the CLI and the Trainer call it before doing any work."""
+    from rl_lab.config import ConfigError
+    if not isinstance(spec, str):
+        raise ConfigError(f"RLConfig.model={spec!r} must be a string")
+    if spec == "warm-start" or spec.startswith("warm-start:"):
+        size = spec.split(":", 1)[1] if ":" in spec else "0.3M"
+        if size not in MODEL_SIZES:
+            raise ConfigError(f"RLConfig.model={spec!r}: the size after 'warm-start:' must be one of "
+                              f"{list(MODEL_SIZES)}")
+        if not (warm_start_path(task, size) / "model.safetensors").exists():
+            raise ConfigError(
+                f"RLConfig.model={spec!r}: there is no {size} warm start for task={task!r} "
+                f"(shipped warm starts: {shipped_warm_starts()}).  Build one with "
+                f"`python -m rl_lab.warmstart --task {task} --size {size}` (it writes "
+                f"{warm_start_path(task, size)}), or set model to a size preset {list(MODEL_SIZES)} "
+                "(random init) or to the path of a saved causal LM")
+        return
+    if spec in MODEL_SIZES or Path(spec).exists():
+        return
+    raise ConfigError(f"RLConfig.model={spec!r}: not 'warm-start', 'warm-start:<size>', a size "
+                      f"preset {list(MODEL_SIZES)}, nor an existing path")
+
+
 def resolve_model(spec: str, task: str, seed: int = 0):
-    """RLConfig.model -> (model, tokenizer): "warm-start", a size preset, or a path."""
+    """RLConfig.model -> (model, tokenizer): "warm-start", a size preset, or a path.
+    A spec that names nothing (see `check_model_spec`) raises ConfigError (a ValueError)."""
+    check_model_spec(spec, task)
     if spec == "warm-start":
         return load_warm_start(task)
     if spec.startswith("warm-start:"):
         return load_warm_start(task, spec.split(":", 1)[1])
     if spec in MODEL_SIZES:
         return build_model(spec, seed=seed)
-    if Path(spec).exists():
-        return load_model(spec)
-    raise ValueError(f"RLConfig.model={spec!r}: not 'warm-start', 'warm-start:<size>', a size "
-                     f"preset {list(MODEL_SIZES)}, nor an existing path")
+    return load_model(spec)

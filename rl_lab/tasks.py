@@ -7,6 +7,7 @@ list[float]`` (extra dataset columns arrive as keyword arguments).
 from __future__ import annotations
 
 import ast
+import dataclasses
 import operator
 from collections import Counter
 from dataclasses import dataclass
@@ -247,9 +248,11 @@ def get_task(name: str, **kwargs) -> Task:
     """Build a task by name with its difficulty knobs, e.g. get_task("addition", digits=3)."""
     if name not in TASKS:
         raise ValueError(f"task {name!r} is unknown; choose one of {list(TASKS)}")
+    fields = [f.name for f in dataclasses.fields(TASKS[name])]
+    unknown = sorted(set(kwargs) - set(fields))
+    if unknown:
+        raise ValueError(f"task {name!r} accepts {fields}; {unknown} is not one of them")
     try:
         return TASKS[name](**kwargs)
-    except TypeError as e:
-        import dataclasses
-        fields = [f.name for f in dataclasses.fields(TASKS[name])]
-        raise ValueError(f"task {name!r} accepts {fields}; got {sorted(kwargs)}") from e
+    except TypeError as e:        # e.g. digits="2" compared with an int
+        raise ValueError(f"task {name!r}: bad value in {kwargs!r} ({e})") from e

@@ -340,8 +340,7 @@ class Trainer:
         """Greedy accuracy (mean reward) on held-out prompts."""
         examples = examples or self.eval_set
         self.eval_engine.sync_weights(self.model)
-        greedy = SamplingConfig(max_completion_length=self.config.max_completion_length, top_k=1,
-                                dtype=self.config.sampler_dtype)
+        greedy = SamplingConfig(max_completion_length=self.config.max_completion_length, top_k=1)
         gen = torch.Generator(self.device).manual_seed(0)
         batch = self.eval_engine.generate([e["prompt"] for e in examples], 1, greedy, gen)
         columns = {k: [e[k] for e in examples] for k in examples[0] if k != "prompt"}

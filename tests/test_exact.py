@@ -210,22 +210,30 @@ def test_estimator_weights_by_hand():
 
 
 def test_weights_follow_the_corrections_conventions():
-    """Same weights as rl_lab.corrections (verl semantics) wherever the log-ratio clamp is inactive."""
-    import rl_lab.corrections as corr
-    weights = getattr(corr, "importance_weights", None) or corr.truncated_is_weights
+    """Same weights and masks as rl_lab.corrections (verl semantics) wherever the log-ratio clamp
+    is inactive: TIS, IcePop bands (MIS), Geo-Mask, and sequence-MIS as sequence IS times verl's
+    seq_sum_k1 rejection (whose k1 bounds -log rho: kept ratios [1/hi, 1/lo])."""
+    from rl_lab.corrections import geometric_mask, importance_weights, rejection_mask
     g = torch.Generator().manual_seed(0)
     lr = 0.4 * torch.randn(8, 6, generator=g, dtype=D)
     mask = torch.ones(8, 6, dtype=D)
-    cases = [("token", 1.5, Estimator("token_tis", C=1.5)), ("sequence", 1.5, Estimator("seq_tis", C=1.5))]
-    if weights is not getattr(corr, "truncated_is_weights", None):          # IcePop bands
-        cases += [("token", "0.8_1.3", Estimator("token_mis", C=1.3, C_low=0.8)),
-                  ("sequence", "0.5_1.5", Estimator("seq_mis", C=1.5, C_low=0.5))]
+    cases = [("token", 1.5, Estimator("token_tis", C=1.5)), ("sequence", 1.5, Estimator("seq_tis", C=1.5)),
+             ("token", "0.8_1.3", Estimator("token_mis", C=1.3, C_low=0.8)),
+             ("sequence", "0.5_1.5", Estimator("seq_mis", C=1.5, C_low=0.5))]
     for level, threshold, est in cases:
-        theirs = weights(lr, mask, level=level, threshold=threshold)[0]
-        assert torch.allclose(estimator_weights(est, lr).expand_as(theirs), theirs, rtol=1e-12), est.label
-    if hasattr(corr, "geometric_mask"):
-        keep = corr.geometric_mask(lr, mask, 0.9, 1.1)
-        assert torch.equal(estimator_weights(Estimator("geo_mask", C=1.1, C_low=0.9), lr).expand_as(keep), keep)
+        theirs = importance_weights(lr, mask, level=level, threshold=threshold)[0]
+        ours = estimator_weights(est, lr).expand_as(theirs)
+        assert torch.allclose(ours, theirs, rtol=1e-12), est.label
+        # the cases bite: some weights are truncated or zeroed, some pass unchanged
+        raw = lr.exp() if level == "token" else lr.sum(-1, keepdim=True).exp().expand_as(lr)
+        assert (ours != raw).any() and (ours == raw).any(), est.label
+    keep = geometric_mask(lr, mask, 0.9, 1.1)
+    ours = estimator_weights(Estimator("geo_mask", C=1.1, C_low=0.9), lr).expand_as(keep)
+    assert torch.equal(ours, keep) and 0 < int(keep[:, 0].sum()) < len(keep)
+    rs = rejection_mask(lr, mask, "seq_sum_k1", f"{1 / 1.5!r}_2")[0]               # ratios in [0.5, 1.5]
+    seq_is = importance_weights(lr, mask, level="sequence", threshold=1e9)[0]
+    mis = estimator_weights(Estimator("seq_mis", C=1.5, C_low=0.5), lr).expand_as(lr)
+    assert torch.allclose(seq_is * rs, mis, rtol=1e-12) and 0 < int(rs[:, 0].sum()) < len(rs)
 
 
 @pytest.mark.parametrize("mechanism,size", [("shift", 0.5), ("noise", 0.8), ("stale", 2.0),

@@ -21,7 +21,13 @@ def test_lemma_is_an_identity_on_the_quadratic(eta, bias_scale):
     terms = quadratic_progress_terms(GRAD, bias, 3 * noise_std ** 2, L, eta)
     mc, se = quadratic_progress_mc(THETA, STAR, L, eta, bias, noise_std, n=40_000, seed=1)
     assert abs(mc - terms["total"]) < 5 * se + 1e-12
-    assert terms["total"] == pytest.approx(terms["ideal"] + terms["bias"] + terms["noise"])
+    # the exact expectation, computed another way: E||x||^2 = ||E x||^2 + tr Cov x for the new iterate
+    mean_new = THETA + eta * (GRAD + bias)
+    exact = -(L / 2) * (float((mean_new - STAR).square().sum()) + eta ** 2 * 3 * noise_std ** 2) \
+        + (L / 2) * float((THETA - STAR).square().sum())
+    assert terms["total"] == pytest.approx(exact, rel=1e-12, abs=1e-15)
+    ideal = -(L / 2) * float((THETA + eta * GRAD - STAR).square().sum()) + (L / 2) * float((THETA - STAR).square().sum())
+    assert terms["ideal"] == pytest.approx(ideal, rel=1e-12)                # the exact gradient's step
 
 
 def test_noise_and_bias_squared_terms_scale_with_eta_squared():

@@ -1,8 +1,11 @@
 """VLLMEngine: a real vLLM sampler behind the RolloutEngine interface.
 
 These tests need vLLM (`bash tools/install_vllm.sh`, run by `make setup`); where it cannot be
-imported they skip and say why.  One engine is started per module (about 10-20 s on a CPU).
+imported they skip and say why, or fail with RL_LAB_REQUIRE_VLLM=1 (CI).  One engine is started
+per module (about 10-20 s on a CPU).
 """
+import os
+
 import pytest
 import torch
 
@@ -10,7 +13,11 @@ from rl_lab.config import RLConfig, SamplingConfig
 from rl_lab.vllm_engine import vllm_available
 
 ok, why = vllm_available()
-pytestmark = pytest.mark.skipif(not ok, reason=f"vLLM does not import here: {why}")
+if not ok:
+    reason = f"vLLM does not import here: {why}"
+    if os.environ.get("RL_LAB_REQUIRE_VLLM", "") == "1":
+        pytest.fail(f"{reason} (RL_LAB_REQUIRE_VLLM=1 makes this a failure)", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
 
 PROMPTS = ["12+34=", "5+77=", "99+1="]
 

@@ -15,11 +15,12 @@ from rl_lab.shared_prefix import completion_logits
 
 
 def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, valid: torch.Tensor | None = None,
-                     estimator: str = "grpo", scale_rewards: str = "group", eps: float = 1e-4) -> torch.Tensor:
+                     estimator: str = "grpo", scale_rewards: str = "group", eps: float = 1e-6) -> torch.Tensor:
     """(B,) sequence rewards -> (B,) advantages, using only `valid` rows for the statistics.
 
     grpo: A_i = r_i - mean_g(r), divided by std_g(r) + eps ("group"), by the batch std
-          ("batch") or not at all ("none", Dr. GRPO).  std is unbiased, as in TRL and verl.
+          ("batch") or not at all ("none", Dr. GRPO).  std is unbiased, as in TRL and verl;
+          eps = 1e-6 is verl's (compute_grpo_outcome_advantage; TRL adds 1e-4).
     rloo: A_i = r_i - mean_{j in g, j != i} r_j (leave-one-out baseline, no scaling).
     Invalid rows (and groups with fewer than two valid rows) get advantage 0.
     """
