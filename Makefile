@@ -66,5 +66,7 @@ bench:
 	$(PY) bench/bench_rollout.py --reps 5
 	bash bench/bench_book.sh
 
+# Build outputs only: runs/ holds training runs (metrics, checkpoints, models) and is never
+# deleted here; remove a run by hand, or start over in its folder with rl-lab train --overwrite.
 clean:
-	rm -rf _build runs
+	rm -rf _build

@@ -2,7 +2,8 @@
 
     rl-lab train --task addition --preset smoke --out runs/x
     rl-lab train --config my.yaml --set learning_rate=3e-4 --set sampler_dtype=bfloat16
-    rl-lab train --out runs/x --resume          # continue a killed run
+    rl-lab train --out runs/x --resume          # continue a killed run (its saved config)
+    rl-lab train --task addition --out runs/x --overwrite   # delete the run in runs/x, start over
     rl-lab plot runs/x                          # runs/x/metrics.png
     rl-lab sweep grid.yaml --workers 2          # a grid x seeds; one row per run in <out>/results.csv
 """
@@ -25,40 +26,96 @@ def build_config(args):
     from rl_lab.config import ConfigError, get_preset, preset_name
     from rl_lab.models import check_model_spec
 
-    overrides = {}
-    if args.config:
-        loaded = yaml.safe_load(Path(args.config).read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{args.config} must hold a mapping of RLConfig fields")
-        overrides.update(loaded)
-    if args.task:
-        overrides["task"] = args.task
+    given, set_fields = _cli_fields(args)
+    overrides = {**given, **set_fields}
     if args.out:
         overrides["output_dir"] = str(args.out)
-    if args.seed is not None:
-        overrides["seed"] = args.seed
-    for item in args.set or []:
-        if "=" not in item:
-            raise ConfigError(f"--set {item!r}: write it as key=value, e.g. --set learning_rate=3e-4")
-        key, value = item.split("=", 1)
-        overrides[key.strip()] = _parse_value(value)
     preset = overrides.pop("preset", None) or args.preset
     cfg = get_preset(preset_name(preset), **overrides)
     check_model_spec(cfg.model, cfg.task)      # a missing warm start is a config error, up front
     return cfg
 
 
-def cmd_train(args) -> int:
-    from rl_lab.trainer import Trainer, first_last_fifth
+def _cli_fields(args) -> tuple[dict, dict]:
+    """The RLConfig fields a command line gives: (from --config, --task, --seed; from --set)."""
+    from rl_lab.config import ConfigError
 
-    cfg = build_config(args)
+    given = {}
+    if args.config:
+        loaded = yaml.safe_load(Path(args.config).read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{args.config} must hold a mapping of RLConfig fields")
+        given.update(loaded)
+    if args.task:
+        given["task"] = args.task
+    if args.seed is not None:
+        given["seed"] = args.seed
+    set_fields = {}
+    for item in args.set or []:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: write it as key=value, e.g. --set learning_rate=3e-4")
+        key, value = item.split("=", 1)
+        set_fields[key.strip()] = _parse_value(value)
+    return given, set_fields
+
+
+def resume_config(args):
+    """`--resume`: the config saved in <out>/config.yaml.  A field this command line gives a
+    different value is refused unless it came with --set (a deliberate change), and the changed
+    fields are listed on stderr; $RL_LAB_PRESET and the preset defaults do not apply."""
+    from rl_lab.config import _PRESET_OVERRIDES, ConfigError, RLConfig, preset_name
+    from rl_lab.trainer import config_changes
+
+    path = Path(args.out) / "config.yaml"
+    saved = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(saved, dict):
+        raise ConfigError(f"{path} must hold a mapping of RLConfig fields")
+    given, set_fields = _cli_fields(args)
+    for fields, preset in ((given, given.pop("preset", None) or args.preset),
+                           (set_fields, set_fields.pop("preset", None))):
+        if preset:   # a preset named again counts for the fields it sets
+            for key, value in _PRESET_OVERRIDES[preset_name(preset)].items():
+                fields.setdefault(key, value)
+    fields = {k: v for k, v in saved.items() if k != "output_dir"}
+    fields.update({**given, **set_fields, "output_dir": str(args.out)})
+    cfg = RLConfig.from_dict(fields)
+    changes = config_changes(saved, cfg)
+    refused = {k: v for k, v in changes.items() if k not in set_fields}
+    if refused:
+        what = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in refused.items())
+        example = next(iter(refused))
+        raise ConfigError(f"--resume continues {args.out} with its saved {path}, and this command changes "
+                          f"{what}.  Leave those options out to continue the run as it was, or change a "
+                          f"field on purpose with --set (e.g. --set {example}={refused[example][1]!r})")
+    if changes:
+        print(f"resuming {args.out} with changed config (saved -> now): "
+              + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items()), file=sys.stderr)
+    return cfg
+
+
+def cmd_train(args) -> int:
+    from rl_lab.config import ConfigError
+    from rl_lab.trainer import Trainer, describe_run, first_last_fifth
+
+    if args.resume and args.overwrite:
+        raise ConfigError("--resume continues the run in --out and --overwrite deletes it: choose one")
+    if args.resume and args.out and (Path(args.out) / "config.yaml").exists():
+        cfg = resume_config(args)
+    else:
+        cfg = build_config(args)
+    if cfg.output_dir and not args.resume and not args.overwrite:
+        found = describe_run(cfg.output_dir)
+        if found:
+            raise ConfigError(f"{cfg.output_dir} already holds a run: {found}.  Continue it with "
+                              f"`rl-lab train --out {cfg.output_dir} --resume` (add --set KEY=VALUE to change "
+                              f"a field), or start over with --overwrite, which deletes those files first")
     trainer = Trainer(cfg)
     resumed = trainer.resume() if args.resume else False
     if args.resume and not resumed:
         print(f"no checkpoint in {cfg.output_dir}; starting from step 0", file=sys.stderr)
     start_step = trainer.global_step
     t0 = time.perf_counter()
-    df = trainer.train()
+    df = trainer.train(overwrite=args.overwrite)
     wall = time.perf_counter() - t0
     first, last = first_last_fifth(df)
     new_steps = max(1, trainer.global_step - start_step)
@@ -73,12 +130,10 @@ def cmd_train(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    import pandas as pd
-
     from rl_lab.plots import plot_training
-    from rl_lab.utils import read_jsonl
+    from rl_lab.utils import read_metrics
 
-    df = pd.DataFrame(read_jsonl(Path(args.run) / "metrics.jsonl"))
+    df = read_metrics(Path(args.run) / "metrics.jsonl")
     fig = plot_training(df)
     out = Path(args.run) / "metrics.png"
     fig.savefig(out, dpi=120, bbox_inches="tight")
@@ -100,7 +155,11 @@ def main(argv=None) -> int:
     tr.add_argument("--out", type=Path, help="output directory (metrics, checkpoints, final model)")
     tr.add_argument("--seed", type=int)
     tr.add_argument("--set", action="append", metavar="KEY=VALUE", help="override any RLConfig field")
-    tr.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
+    tr.add_argument("--resume", action="store_true",
+                    help="continue from the last checkpoint in --out, with its saved config.yaml "
+                         "(change a field with --set)")
+    tr.add_argument("--overwrite", action="store_true",
+                    help="delete the run already in --out (metrics, checkpoints, final model) and start over")
     pl = sub.add_parser("plot", help="plot a run's metrics to <run>/metrics.png")
     pl.add_argument("run")
     sw = sub.add_parser("sweep", help="run a YAML grid of RLConfig fields x seeds (see rl_lab.sweep)")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import shutil
@@ -45,16 +46,78 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         raise
 
 
+def recover_replaced_dir(final_dir: Path) -> None:
+    """Finish an `atomic_replace_dir` that a killed process left half done.
+
+    Killed between its two renames, `<final>.old` (the previous complete copy) is there and
+    `<final>` is not: the old copy goes back.  Killed while deleting `<final>.old` after the
+    new copy was in place: the rest of it goes.
+    """
+    final_dir = Path(final_dir)
+    old = final_dir.with_name(final_dir.name + ".old")
+    if not old.exists():
+        return
+    if final_dir.exists():
+        remove_dir(old)
+    else:
+        os.replace(old, final_dir)
+
+
+def remove_dir(path: Path) -> None:
+    """Delete a directory so that a kill midway never leaves a half-deleted one under its name:
+    it is renamed to a hidden `.<name>.del` first."""
+    path = Path(path)
+    if not path.exists():
+        return
+    trash = path.with_name(f".{path.name.lstrip('.')}.del")
+    shutil.rmtree(trash, ignore_errors=True)
+    os.replace(path, trash)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
 def atomic_replace_dir(tmp_dir: Path, final_dir: Path) -> None:
-    """Move a fully written directory into place, replacing any old one."""
+    """Move a fully written directory into place, replacing any old one.
+
+    At every instant a complete copy exists under `final_dir` or `<final_dir>.old`; a kill
+    in between is repaired by `recover_replaced_dir` (called here and before reading)."""
+    final_dir = Path(final_dir)
+    recover_replaced_dir(final_dir)
     if final_dir.exists():
         old = final_dir.with_name(final_dir.name + ".old")
-        shutil.rmtree(old, ignore_errors=True)
         os.replace(final_dir, old)
         os.replace(tmp_dir, final_dir)
-        shutil.rmtree(old, ignore_errors=True)
+        remove_dir(old)
     else:
         os.replace(tmp_dir, final_dir)
+
+
+def _finite_or_none(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_none(v) for v in value]
+    if isinstance(value, np.generic):
+        return _finite_or_none(value.item())
+    return value
+
+
+def json_line(row: dict) -> str:
+    """One strict-JSON line (NaN and +-inf written as null, which any JSON reader accepts)."""
+    return json.dumps(_finite_or_none(row), allow_nan=False) + "\n"
+
+
+def null_to_nan(rows: list[dict]) -> list[dict]:
+    """Rows read from a metrics file with the nulls (non-finite numbers) back as NaN."""
+    return [{k: (math.nan if v is None else v) for k, v in r.items()} for r in rows]
+
+
+def read_metrics(path: str | Path):
+    """A run's metrics.jsonl as a pandas DataFrame, nulls as NaN (numeric columns stay float)."""
+    import pandas as pd
+
+    return pd.DataFrame(null_to_nan(read_jsonl(path)))
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
