@@ -164,6 +164,9 @@ class RLConfig(_Validated):
     """The sampler's weights are this many optimizer steps behind the trainer's (async RL)."""
     sampler_logit_noise: float = 0.0
     """Std of Gaussian noise added to the sampler's logits (a stand-in for kernel noise)."""
+    sampler_temperature: float | None = None
+    """The sampler divides its logits by this (on top of `temperature`); the trainer does not know
+    it and scores at `temperature` (a temperature set in the inference engine only).  None: off."""
     min_p: float = 0.0
     """Sampler-only truncation: keep tokens with p >= min_p * p_max (the trainer does not)."""
     # --- advantages and loss ------------------------------------------------------------
@@ -213,7 +216,8 @@ class RLConfig(_Validated):
     p >= dvp_min_p * p_max in their own distribution (0 turns it off)."""
     # --- optimisation -------------------------------------------------------------------
     learning_rate: float = 5e-5
-    """Tuned for the shipped 0.3M warm starts: 1e-4 already degrades them, 1e-3 collapses them."""
+    """Tuned for the shipped 0.3M warm starts: 1e-4 already degrades them, 1e-3 collapses them.
+    0 freezes the policy (a control run on the same prompt and sampling streams)."""
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999
     weight_decay: float = 0.0
@@ -266,8 +270,11 @@ class RLConfig(_Validated):
         _check_choice(self, "sampler_quantization", SAMPLER_QUANTIZATION)
         _check_range(self, "sampler_staleness", lo=0)
         _check_range(self, "sampler_logit_noise", lo=0)
+        if self.sampler_temperature is not None:
+            _check_range(self, "sampler_temperature", lo=0, lo_open=True)
         if self.use_vllm:
-            injectors = [n for n in ("sampler_quantization", "sampler_staleness", "sampler_logit_noise")
+            injectors = [n for n in ("sampler_quantization", "sampler_staleness", "sampler_logit_noise",
+                                     "sampler_temperature")
                          if getattr(self, n)]
             if injectors:
                 raise ConfigError(f"use_vllm=True cannot be combined with {', '.join(injectors)}: those "
@@ -290,7 +297,7 @@ class RLConfig(_Validated):
             _check_range(self, "clip_ratio_c", lo=1, lo_open=True)
         _check_range(self, "beta", lo=0)
         self._validate_correction()
-        _check_range(self, "learning_rate", lo=0, lo_open=True)
+        _check_range(self, "learning_rate", lo=0)   # 0 freezes the policy: a paired control run
         _check_range(self, "adam_beta1", lo=0, hi=1, hi_open=True)
         _check_range(self, "adam_beta2", lo=0, hi=1, hi_open=True)
         _check_range(self, "weight_decay", lo=0)
@@ -333,20 +340,31 @@ class WarmStartConfig(_Validated):
     task_kwargs: dict = field(default_factory=dict)
     model_size: str = "0.3M"
     steps: int = 1500
+    """The most optimizer steps, and the horizon of the cosine schedule."""
     batch_size: int = 64
     learning_rate: float = 3e-3
     warmup_steps: int = 50
     seed: int = 0
+    target_success: float | None = None
+    """Stop at the first evaluation whose held-out sampled success (temperature 1) reaches this.
+    The target, not a step count, is then the recipe: on another CPU the trajectory differs a
+    little, the step it stops at moves, and the success it stops at does not.  None: run `steps`."""
+    eval_every: int = 5
+    """With target_success: evaluate every this many steps."""
+    eval_prompts: int = 512
+    """With target_success: prompts in the stopping set (its own seed, apart from the reported set)."""
 
     def validate(self):
         from rl_lab.models import MODEL_SIZES
         from rl_lab.tasks import TASKS
         _check_choice(self, "task", list(TASKS))
         _check_choice(self, "model_size", list(MODEL_SIZES))
-        for name in ("steps", "batch_size"):
+        for name in ("steps", "batch_size", "eval_every", "eval_prompts"):
             _check_range(self, name, lo=1)
         _check_range(self, "learning_rate", lo=0, lo_open=True)
         _check_range(self, "warmup_steps", lo=0)
+        if self.target_success is not None:
+            _check_range(self, "target_success", lo=0, hi=1, lo_open=True, hi_open=True)
 
 
 # Preset overrides for RLConfig.  smoke: CI, a minute or less; laptop: minutes on 2 cores;

@@ -5,6 +5,8 @@ Each mirrors a cause seen in production, at a size a laptop can run:
   sampler_quantization="int8"         weight-only int8 quantisation of the sampler (W8A16)
   sampler_staleness=k                 the sampler's weights are k optimizer steps old (async RL)
   sampler_logit_noise=sigma           Gaussian noise on the sampler's logits (kernel noise)
+  sampler_temperature=tau             the sampler divides its logits by tau, the trainer scores at
+                                      `temperature` (a temperature set only in the inference engine)
   top_p / top_k / min_p               truncated sampling; the trainer scores the full vocabulary
 `make_engine(config, model, tokenizer)` builds the engine an RLConfig asks for.
 """
@@ -30,7 +32,8 @@ def fake_quantize_int8_(model: torch.nn.Module, skip: tuple[str, ...] = ("lm_hea
 
 
 class MismatchEngine(HFEngine):
-    """An HFEngine whose sampler is perturbed: int8 weights, stale weights, noisy logits.
+    """An HFEngine whose sampler is perturbed: int8 weights, stale weights, noisy logits, a
+    temperature of its own (logits / temperature, after the noise; None or 1: off).
 
     Always keeps its own copy of the weights.  `sync_weights` records the trainer's weights
     and loads the ones from `staleness` syncs ago (the oldest it has, early on), then
@@ -38,11 +41,14 @@ class MismatchEngine(HFEngine):
     """
 
     def __init__(self, model, tokenizer, dtype: str = "float32", quantization: str | None = None,
-                 staleness: int = 0, logit_noise: float = 0.0):
+                 staleness: int = 0, logit_noise: float = 0.0, temperature: float | None = None):
         super().__init__(model, tokenizer, dtype, copy_weights=True)
         if quantization not in (None, "int8"):
             raise ValueError(f"quantization={quantization!r}: choose None or 'int8'")
+        if temperature is not None and not temperature > 0:
+            raise ValueError(f"temperature={temperature!r} must be > 0 (or None)")
         self.quantization, self.staleness, self.logit_noise = quantization, int(staleness), float(logit_noise)
+        self.temperature = None if temperature is None else float(temperature)
         self.history: collections.deque = collections.deque(maxlen=self.staleness + 1)
 
     @torch.no_grad()
@@ -55,10 +61,12 @@ class MismatchEngine(HFEngine):
             fake_quantize_int8_(self.model)
 
     def perturb_logits(self, logits, generator):
-        if self.logit_noise == 0:
-            return logits
-        noise = torch.randn(logits.shape, generator=generator, device=logits.device, dtype=torch.float32)
-        return logits.float() + self.logit_noise * noise
+        if self.logit_noise != 0:
+            noise = torch.randn(logits.shape, generator=generator, device=logits.device, dtype=torch.float32)
+            logits = logits.float() + self.logit_noise * noise
+        if self.temperature is not None and self.temperature != 1.0:
+            logits = logits.float() / self.temperature
+        return logits
 
     def state_dict(self) -> dict:
         return {"model": self.model.state_dict(), "history": list(self.history)}
@@ -78,8 +86,9 @@ def make_engine(config, model, tokenizer) -> HFEngine:
         from rl_lab.vllm_engine import VLLMEngine
         return VLLMEngine(model, tokenizer, dtype=config.sampler_dtype, seed=config.seed)
     perturbed = (config.sampler_quantization is not None or config.sampler_staleness > 0
-                 or config.sampler_logit_noise > 0)
+                 or config.sampler_logit_noise > 0 or getattr(config, "sampler_temperature", None) is not None)
     if not perturbed:
         return HFEngine(model, tokenizer, config.sampler_dtype)
     return MismatchEngine(model, tokenizer, config.sampler_dtype, config.sampler_quantization,
-                          config.sampler_staleness, config.sampler_logit_noise)
+                          config.sampler_staleness, config.sampler_logit_noise,
+                          getattr(config, "sampler_temperature", None))

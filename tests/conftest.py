@@ -23,3 +23,16 @@ def fresh_tiny():
 @pytest.fixture(autouse=True)
 def _threads():
     torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="session")
+def rebuilt_warm_start(tmp_path_factory):
+    """The shipped warm starts rebuilt from their recipe on this machine (`--check`), once per
+    session: {"dir": folder holding <name>/, "returncode", "log"}."""
+    import subprocess
+    import sys
+    from rl_lab.warmstart import SHIPPED
+    out_dir = tmp_path_factory.mktemp("rebuilt_warm_start")
+    out = subprocess.run([sys.executable, "-m", "rl_lab.warmstart", *SHIPPED, "--check", "--out", str(out_dir)],
+                         capture_output=True, text=True, timeout=900)
+    return {"dir": out_dir, "returncode": out.returncode, "log": out.stdout + out.stderr[-3000:]}
