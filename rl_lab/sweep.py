@@ -292,14 +292,14 @@ def execute_run(config: dict | RLConfig, options: dict | None = None, threads: i
     call's seconds).  Used by the sweep's workers; `threads` sets torch's thread count."""
     import torch
 
-    from rl_lab.trainer import Trainer
+    from rl_lab.trainer import Trainer, checkpoint_dirs
 
     if threads:
         torch.set_num_threads(threads)
     cfg = config if isinstance(config, RLConfig) else RLConfig.from_dict(config)
     t0 = time.perf_counter()
     run_dir = Path(cfg.output_dir)
-    has_ckpt = any((p / "trainer_state.pt").exists() for p in run_dir.glob("checkpoint-*"))
+    has_ckpt = any((p / "trainer_state.pt").exists() for p in checkpoint_dirs(run_dir).values())
     if run_dir.exists() and not has_ckpt:   # killed before its first checkpoint: nothing to keep
         shutil.rmtree(run_dir)
     trainer = Trainer(cfg)
@@ -369,12 +369,14 @@ def _append_row(path: Path, row: dict) -> None:
 
 
 def _status(sweep: Sweep, done: set) -> list[str]:
+    from rl_lab.trainer import checkpoint_dirs
+
     out = []
     for r in sweep.runs:
         if r.run_id in done:
             out.append("done")
             continue
-        ckpts = [int(p.name.split("-")[1]) for p in (sweep.out / r.run_id).glob("checkpoint-*")
+        ckpts = [step for step, p in checkpoint_dirs(sweep.out / r.run_id).items()
                  if (p / "trainer_state.pt").exists()]
         out.append(f"resume@{max(ckpts)}" if ckpts else "new")
     return out

@@ -45,7 +45,7 @@ CHECKPOINT_RE = re.compile(r"checkpoint-(\d+)")
 LATEST = "latest_checkpoint"          # names the newest checkpoint of the run that wrote it
 
 
-def _checkpoint_dirs(output_dir: Path) -> dict[int, Path]:
+def checkpoint_dirs(output_dir: Path) -> dict[int, Path]:
     """{step: folder} of the `checkpoint-N` folders (not `.old`, temp or half-deleted ones)."""
     found = {}
     for p in output_dir.glob("checkpoint-*"):
@@ -66,7 +66,7 @@ def describe_run(output_dir: str | Path) -> str | None:
         rows = read_jsonl(metrics)
         steps = f", steps {rows[0].get('step')}-{rows[-1].get('step')}" if rows else ""
         parts.append(f"metrics.jsonl ({len(rows)} rows{steps})")
-    ckpts = _checkpoint_dirs(out)
+    ckpts = checkpoint_dirs(out)
     if ckpts:
         parts.append(", ".join(ckpts[s].name for s in sorted(ckpts)))
     if (out / "final").exists():
@@ -519,7 +519,7 @@ class Trainer:
         atomic_write_text(self.output_dir / LATEST, final.name + "\n")
         # rotation among the checkpoints before this one: the one just written always stays, and
         # a higher step number (an older run's, left in the folder) is not this run's to delete
-        ckpts = _checkpoint_dirs(self.output_dir)
+        ckpts = checkpoint_dirs(self.output_dir)
         earlier = sorted(s for s in ckpts if s < self.global_step)
         for s in earlier[:max(0, len(earlier) - (keep - 1))]:
             remove_dir(ckpts[s])
@@ -540,7 +540,7 @@ class Trainer:
         if self.output_dir is None or not self.output_dir.exists():
             return None
         self._recover_checkpoints()
-        ckpts = {s: p for s, p in _checkpoint_dirs(self.output_dir).items() if (p / "trainer_state.pt").exists()}
+        ckpts = {s: p for s, p in checkpoint_dirs(self.output_dir).items() if (p / "trainer_state.pt").exists()}
         latest = self.output_dir / LATEST
         if latest.exists():
             name = latest.read_text().strip()

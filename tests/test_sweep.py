@@ -244,3 +244,18 @@ def test_a_missing_model_fails_up_front(tmp_path):
         pytest.skip("this rl_lab has no up-front model check")
     with pytest.raises(ConfigError, match="nonexistent"):
         plan_sweep(_spec(tmp_path / "m", grid={"model": ["0.3M", str(tmp_path / "nonexistent")]}))
+
+
+
+def test_status_reads_only_real_checkpoint_folders(tmp_path):
+    """A sweep killed while a checkpoint was being replaced leaves `checkpoint-N.old`: --dry-run's
+    status (and the resume) must read only `checkpoint-N` folders, not crash on the leftover."""
+    from rl_lab.sweep import _status
+    sweep = plan_sweep(_spec(tmp_path / "sweep"))
+    first = tmp_path / "sweep" / sweep.runs[0].run_id
+    (first / "checkpoint-4.old").mkdir(parents=True)
+    (first / "checkpoint-4.old" / "trainer_state.pt").write_bytes(b"")
+    assert _status(sweep, set())[0] == "new"
+    (first / "checkpoint-2").mkdir()
+    (first / "checkpoint-2" / "trainer_state.pt").write_bytes(b"")
+    assert _status(sweep, set())[0] == "resume@2"
