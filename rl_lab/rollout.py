@@ -21,6 +21,7 @@ from rl_lab.config import SamplingConfig
 from rl_lab.corrections import safe_vocabulary
 from rl_lab.fast_decode import StaticDecoder, supports
 from rl_lab.shared_prefix import cache_argument, returned_cache
+from rl_lab.utils import generator_on
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -105,6 +106,14 @@ def sample_tokens(logp: torch.Tensor, generator: torch.Generator | None):
     return tokens, token_logp
 
 
+def follow_device(copy: torch.nn.Module, source: torch.nn.Module) -> None:
+    """Move a sampler's own copy of the weights to the device of the trainer's model (an engine
+    built before the trainer moved the model to CUDA would otherwise sample on the CPU)."""
+    device = next(source.parameters()).device
+    if next(copy.parameters()).device != device:
+        copy.to(device)
+
+
 class HFEngine:
     """KV-cached sampling on a Hugging Face causal LM.
 
@@ -152,6 +161,7 @@ class HFEngine:
         if not self.copy_weights:
             return
         src = dict(model.named_parameters())
+        follow_device(self.model, model)
         for name, p in self.model.named_parameters():
             p.copy_(src[name].detach())
 
@@ -160,6 +170,7 @@ class HFEngine:
                  generator: torch.Generator | None = None) -> RolloutBatch:
         tok, model = self.tokenizer, self.model
         device = next(model.parameters()).device
+        generator = generator_on(device, generator)    # e.g. a CUDA trainer's generator, a CPU sampler
         fast = self.fast and supports(model)   # same modules and math, no per-call HF overhead
         was_training = model.training
         if not fast:   # the fast path calls no dropout: nothing to switch

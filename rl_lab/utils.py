@@ -14,12 +14,34 @@ import torch
 
 
 def pick_device(device: str = "auto") -> torch.device:
-    """"auto": CUDA when present, else CPU.  A GPU is used when there, never required."""
+    """"auto": CUDA when present, else CPU (or what $RL_LAB_DEVICE says: the unit tests pin it to
+    "cpu", where bitwise promises hold).  A GPU is used when there, never required."""
     if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        forced = os.environ.get("RL_LAB_DEVICE", "").strip()
+        if forced and forced not in ("cpu", "cuda"):
+            raise ValueError(f"RL_LAB_DEVICE={forced!r}: use 'cpu' or 'cuda', or unset it")
+        if not forced:
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        device = forced
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("device='cuda' was asked for but no CUDA GPU is visible; use 'auto' or 'cpu'")
     return torch.device(device)
+
+
+def generator_on(device: torch.device | str, generator: torch.Generator | None) -> torch.Generator | None:
+    """A random generator that can draw tensors on `device`: `generator` itself when it lives
+    there, else a new generator on `device` seeded by one draw from `generator` (so the stream
+    stays reproducible).  An engine whose weights sit on another device than the trainer (a CPU
+    sampler beside a CUDA trainer, or the reverse) samples with it."""
+    if generator is None:
+        return None
+    device = torch.device(device)
+    same_type = generator.device.type == device.type
+    same_index = generator.device.index in (None, 0) and device.index in (None, 0) or generator.device.index == device.index
+    if same_type and same_index:
+        return generator
+    seed = int(torch.randint(0, 2 ** 62, (1,), generator=generator, device=generator.device).item())
+    return torch.Generator(device).manual_seed(seed)
 
 
 def seed_everything(seed: int) -> None:

@@ -174,7 +174,8 @@ class VLLMEngine:
         enc = tok(prompts, return_tensors="pt", padding=True)                # left padded
         ids, am = enc["input_ids"], enc["attention_mask"]                     # (N, P)
         # one independent, reproducible seed per prompt, drawn from the caller's generator
-        seeds = torch.randint(0, 2**31 - 1, (len(prompts),), generator=generator).tolist()
+        seeds = torch.randint(0, 2**31 - 1, (len(prompts),), generator=generator,
+                              device=generator.device if generator is not None else "cpu").tolist()
         requests = [TokensPrompt(prompt_token_ids=ids[i][am[i].bool()].tolist()) for i in range(len(prompts))]
         params = [self.sampling_params(n, sampling, s) for s in seeds]
         outputs = self.llm.generate(requests, params, use_tqdm=False)

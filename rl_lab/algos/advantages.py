@@ -55,8 +55,8 @@ def reinforce_plus_plus_baseline(token_rewards, mask, group_ids):
     whitened over the batch (a one-member group uses baseline 0).  -> (A, A)."""
     scores = token_rewards.sum(-1)                                                     # (B,)
     G = int(group_ids.max()) + 1
-    count = torch.zeros(G, dtype=scores.dtype).index_add_(0, group_ids, torch.ones_like(scores))
-    mean = torch.zeros(G, dtype=scores.dtype).index_add_(0, group_ids, scores) / count
+    count = torch.zeros(G, dtype=scores.dtype, device=scores.device).index_add_(0, group_ids, torch.ones_like(scores))
+    mean = torch.zeros(G, dtype=scores.dtype, device=scores.device).index_add_(0, group_ids, scores) / count
     mean = torch.where(count > 1, mean, torch.zeros_like(mean))
     adv = (scores - mean[group_ids])[:, None] * mask                                   # (B, T)
     adv = masked_whiten(adv, mask) * mask

@@ -43,7 +43,7 @@ def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, valid: torc
         std = (sq / (count - 1).clamp(min=1)).sqrt()
         adv = adv / (std[group_ids] + eps)
     elif scale_rewards == "batch":
-        std = adv[valid].std() if int(valid.sum()) > 1 else torch.zeros((), dtype=adv.dtype)
+        std = adv[valid].std() if int(valid.sum()) > 1 else torch.zeros((), dtype=adv.dtype, device=adv.device)
         adv = adv / (std + eps)
     elif scale_rewards != "none":
         raise ValueError(f"scale_rewards={scale_rewards!r}: choose 'group', 'batch' or 'none'")
