@@ -13,6 +13,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from rl_lab.corrections import parse_is_threshold, parse_rs
+from rl_lab.errors import ConfigError
+
 PRESETS = ("smoke", "laptop", "gpu")
 DTYPES = ("float32", "bfloat16", "float16")
 POLICY_LOSSES = ("reinforce", "ppo_clip")
@@ -26,8 +29,6 @@ SAMPLER_QUANTIZATION = (None, "int8")
 SCHEDULERS = ("constant", "linear", "cosine", "length_triggered")
 
 
-class ConfigError(ValueError):
-    """A configuration value is invalid; the message names the field and what is allowed."""
 
 
 def _check_choice(obj, name: str, allowed) -> None:
@@ -315,7 +316,6 @@ class RLConfig(_Validated):
             raise ConfigError("RLConfig.save_steps > 0 needs output_dir (where to write checkpoints)")
 
     def _validate_correction(self):
-        from rl_lab.corrections import parse_is_threshold, parse_rs  # corrections imports config
         _check_choice(self, "rollout_is", ROLLOUT_IS)
         parse_is_threshold(self.rollout_is_threshold)
         if self.rollout_rs is not None:

@@ -25,7 +25,7 @@ import math
 
 import torch
 
-from rl_lab.config import ConfigError
+from rl_lab.errors import ConfigError
 from rl_lab.monitors import SAFETY_BOUND, masked_mean, masked_sum, mismatch_metrics
 
 IS_LEVELS = ("token", "sequence")

@@ -112,7 +112,7 @@ def check_model_spec(spec: str, task: str) -> None:
     """Raise ConfigError unless `resolve_model(spec, task)` can find its model: the warm start
     for `task` exists, the size preset is known, or the path exists.  Costs a few stat calls, so
     the CLI and the Trainer call it before doing any work."""
-    from rl_lab.config import ConfigError
+    from rl_lab.errors import ConfigError
     if not isinstance(spec, str):
         raise ConfigError(f"RLConfig.model={spec!r} must be a string")
     if spec == "warm-start" or spec.startswith("warm-start:"):
