@@ -34,6 +34,8 @@ Early warning (`first_crossing`, `lead_time`)
     The first step at which a monitor (e.g. rollout_corr/k3_kl) crosses a threshold; NaN never
     crosses.  The lead time is fall step - crossing step: positive when the monitor warned
     before the reward fell.
+
+Chapter "When speed kills stability" (book/ch_when_speed_kills.md) applies these criteria.
 """
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 
 from rl_lab.config import ConfigError, get_preset
-from rl_lab.corrections import RS_OPTIONS, _row_stat, token_divergences
+from rl_lab.corrections import RS_OPTIONS, reduce_rows, token_divergences
 
 
 def run_grid(methods: dict[str, dict], seeds, preset: str | None = None, **base) -> pd.DataFrame:
@@ -108,7 +108,7 @@ def row_statistic(log_ratio, mask, option: str) -> torch.Tensor:
     if not level.startswith("seq_") or est == "kl":
         raise ConfigError(f"option {option!r}: choose a sequence-level sample option from "
                           f"{[o for o in RS_OPTIONS if o.startswith('seq_') and not o.endswith('kl')]}")
-    return _row_stat(token_divergences(log_ratio)[est], mask, level)                      # (B,)
+    return reduce_rows(token_divergences(log_ratio)[est], mask, level)                      # (B,)
 
 
 def quantile_threshold(log_ratio, mask, option: str, keep: float = 0.8) -> float:

@@ -5,6 +5,8 @@ top_p, top_k, epsilon, epsilon_high, num_iterations, beta, scale_rewards,
 mask_truncated_completions) and verl's actor / `algorithm.rollout_correction` configs
 (loss_agg_mode, clip_ratio_c, rollout_is, rollout_is_threshold, rollout_is_batch_normalize,
 rollout_rs, rollout_rs_threshold, bypass_mode, gamma) where the concept is the same.
+
+Chapter 1 lists the fields of a run; chapter 5 maps the correction fields to verl's.
 """
 from __future__ import annotations
 

@@ -18,6 +18,9 @@ only remove tokens; metrics have no prefix (`rollout_correction` adds `rollout_c
                       adaptive) on the surrogate error
   rollout_correction  all of them for one batch, plus the mismatch monitors
 Padding positions never influence a result, even when they hold NaN or inf.
+
+Chapters 3, 4 and 5 (book/ch03_token_vs_sequence.md, ch04_masking_trust_regions.md,
+ch05_rollout_correction.md) derive these.
 """
 from __future__ import annotations
 
@@ -181,7 +184,7 @@ def token_divergences(log_ratio, token_kl=None) -> dict[str, torch.Tensor]:
     return stats
 
 
-def _row_stat(x, mask, level):
+def reduce_rows(x, mask, level):
     """(B, T) per-token statistic -> (B,) per-sequence value for a seq_* level."""
     if level == "seq_sum":
         return masked_sum(x, mask, -1)
@@ -216,7 +219,7 @@ def rejection_mask(log_ratio, mask, rollout_rs: str, rollout_rs_threshold, token
         k1 = est == "k1"
         lo_b, hi_b = (math.log(lo), math.log(hi)) if k1 else (0.0, hi)
         tok = stats[est]
-        seq = None if level == "token" else _row_stat(tok, mask, level)                 # (B,)
+        seq = None if level == "token" else reduce_rows(tok, mask, level)                 # (B,)
         value = tok if seq is None else seq[:, None].expand_as(tok)                      # (B, T)
         keep = (value <= hi_b) & (value >= lo_b) if k1 else value <= hi_b                # (B, T)
         keep_all = keep_all * keep.to(keep_all.dtype)

@@ -17,6 +17,8 @@ same tokens, fp32 and bf16, Qwen2 and Llama).
     logits = dec.prefill(prompt_ids, prompt_mask, positions)   # (B, V), last prompt position
     logits = dec.prefill(ids[::n], mask[::n], pos[::n], repeats=n)  # or each distinct prompt once
     logits = dec.step(tokens, positions[:, -1] + 1)            # (B, V), one new token per row
+
+BENCHMARKS.md measures it; chapter 1 shows the plain step it must match (rl_lab.reference_step).
 """
 from __future__ import annotations
 

@@ -9,6 +9,8 @@ Each mirrors a cause seen in production, at a size a laptop can run:
                                       `temperature` (a temperature set only in the inference engine)
   top_p / top_k / min_p               truncated sampling; the trainer scores the full vocabulary
 `make_engine(config, model, tokenizer)` builds the engine an RLConfig asks for.
+
+Chapter "When speed kills stability" (book/ch_when_speed_kills.md) and the lab "measure your own mismatch" use them.
 """
 from __future__ import annotations
 

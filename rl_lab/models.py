@@ -1,5 +1,8 @@
 """Causal LMs: tiny Qwen2 models built from a config (random init, no downloads), the
-loading path for any local or hub causal LM, and the shipped warm-start checkpoints."""
+loading path for any local or hub causal LM, and the shipped warm-start checkpoints.
+
+Chapter 1 and lab 1 introduce the tiny models and the warm start.
+"""
 from __future__ import annotations
 
 import contextlib

@@ -6,6 +6,8 @@ All take (B, T) log-probs of the same tokens and a (B, T) mask, and follow verl 
   k3_kl     mean(e^lr - lr - 1)            k3 estimate of KL(mu || pi): >= 0, low variance
   log_ppl_diff  mean_i [ mean_t log mu - mean_t log pi ]   per-sequence log-perplexity gap
   chi2_token    mean(rho^2) - 1,  chi2_seq = mean_i(prod_t rho)^2 - 1
+
+Chapter "When speed kills stability" (book/ch_when_speed_kills.md) and chapter 5 explain the monitors.
 """
 from __future__ import annotations
 

@@ -7,6 +7,8 @@ training-inference mismatch this book is about.
 
 Any engine implements `generate(prompts, n, sampling) -> RolloutBatch` and
 `sync_weights(model)`.  `HFEngine` is a KV-cached sampling loop on Hugging Face models.
+
+Chapter 1 (book/ch01_rl_on_one_page.md, "Why the two log-probs") explains why the engine returns them.
 """
 from __future__ import annotations
 

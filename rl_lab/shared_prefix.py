@@ -16,6 +16,8 @@ idea as the "shared-prefix forward" of Prefix Grouper, Liu et al. 2025).
 
 Any Hugging Face causal LM with a key/value cache works; with no repeated prompt, or
 `share_prefix=False`, it is the plain single forward.
+
+Chapter 1 (book/ch01_rl_on_one_page.md) explains the shared-prompt forward.
 """
 from __future__ import annotations
 

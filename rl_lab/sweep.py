@@ -38,6 +38,8 @@ steps are the trainer's 1-based step numbers, empty = not applicable):
   skipped_steps, masked_samples      the trainer's fault counters, summed
   train_s                            sum of the logged step times (survives a resume)
   resumed_from, wall_s               the checkpoint step this invocation resumed at; its seconds
+
+Chapter "When speed kills stability" (book/ch_when_speed_kills.md) and research/stability_map/ use it.
 """
 from __future__ import annotations
 

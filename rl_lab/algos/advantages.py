@@ -6,6 +6,8 @@ tokens that count; `group_ids` (B,) says which prompt each row answers.
   reinforce_plus_plus_baseline  (score - group mean), whitened over the batch
   optimal_token_baseline (OTB)  a baseline per group and per position, weighted by the
                                 logit-gradient proxy W_t = sum_{j<=t} ||e_{y_j} - pi_j||^2
+
+Chapter 1 (GRPO, RLOO) and chapter 9 (the optimal token baseline) explain these.
 """
 from __future__ import annotations
 

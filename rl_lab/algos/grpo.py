@@ -3,6 +3,8 @@ tokens, V vocabulary.  Masks are 1 on tokens that count.
 
 Deviations from the GRPO paper (as in TRL and verl today): no KL term unless beta > 0, and
 the loss aggregation is a choice (`loss_agg_mode`) rather than the paper's per-sequence mean.
+
+Chapter 1 (book/ch01_rl_on_one_page.md) derives every function here.
 """
 from __future__ import annotations
 

@@ -7,6 +7,8 @@ bypass (bypass_mode=True), two policies: pi_old := mu.  The correction is recomp
     rho = pi_theta / mu at every iteration, without gradient.  ppo_clip: the clipped ratio
     pi_theta / mu already is the importance correction, so no weight multiplies it (only the
     mask applies); reinforce: -A * w * log pi_theta.
+
+Chapter 5 (book/ch05_rollout_correction.md) derives both modes.
 """
 from __future__ import annotations
 
