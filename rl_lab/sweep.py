@@ -349,6 +349,17 @@ def _read_results(path: Path) -> tuple[list[str], list[dict]]:
     return list(reader.fieldnames or []), rows
 
 
+def load_results(folder: str | Path):
+    """Every `<folder>/*/results.csv` (one per sweep spec, as research/ ships them) in one
+    DataFrame, with the spec folder's name in a `spec` column."""
+    import pandas as pd
+
+    paths = sorted(Path(folder).glob("*/results.csv"))
+    if not paths:
+        raise FileNotFoundError(f"no */results.csv under {folder}")
+    return pd.concat([pd.read_csv(p).assign(spec=p.parent.name) for p in paths], ignore_index=True)
+
+
 def _append_row(path: Path, row: dict) -> None:
     """Append one row (the parent only); new columns rewrite the file with the union header."""
     header, rows = _read_results(path)

@@ -259,3 +259,14 @@ def test_status_reads_only_real_checkpoint_folders(tmp_path):
     (first / "checkpoint-2").mkdir()
     (first / "checkpoint-2" / "trainer_state.pt").write_bytes(b"")
     assert _status(sweep, set())[0] == "resume@2"
+
+
+def test_load_results_concatenates_specs(tmp_path):
+    from rl_lab.sweep import load_results
+    for spec, val in [("a", 1), ("b", 2)]:
+        (tmp_path / spec).mkdir()
+        pd.DataFrame({"seed": [0, 1], "x": [val, val]}).to_csv(tmp_path / spec / "results.csv", index=False)
+    df = load_results(tmp_path)
+    assert list(df["spec"]) == ["a", "a", "b", "b"] and list(df["x"]) == [1, 1, 2, 2]
+    with pytest.raises(FileNotFoundError, match="results.csv"):
+        load_results(tmp_path / "a")

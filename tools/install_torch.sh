@@ -11,7 +11,8 @@ PY="$VENV/bin/python"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
 TORCH_PIP_ARGS="${TORCH_PIP_ARGS:-}"
 
-has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
+# shellcheck source=tools/has_gpu.sh
+source "$(dirname "${BASH_SOURCE[0]}")/has_gpu.sh"
 
 installed="$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null || true)"
 if [[ -n "$TORCH_PIP_ARGS" ]]; then

