@@ -26,8 +26,8 @@ def _rl_run(args):
     task_name, rank, factor, seed, preset = args
     import torch
 
-    from rl_lab.information import bits_learned
-    from rl_lab.lora import LORA_SWEEP_SIZES, sweep_config, train_adapter_run
+    from rl_lab.toolkits.information import bits_learned
+    from rl_lab.toolkits.information import LORA_SWEEP_SIZES, sweep_config, train_adapter_run
     from rl_lab.tasks import Addition
 
     torch.set_num_threads(1)
@@ -53,7 +53,8 @@ def mean_std(x):
 
 
 def main(argv=None) -> int:
-    from rl_lab.lora import LORA_LR_FACTOR, LORA_SWEEP_SIZES
+    from rl_lab.toolkits.information import LORA_SWEEP_SIZES
+    from rl_lab.toolkits.lora import LORA_LR_FACTOR
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="laptop", choices=list(LORA_SWEEP_SIZES))

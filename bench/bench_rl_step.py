@@ -5,7 +5,7 @@ addition, partial-credit reward), same batch (8 prompts x 8 completions, up to 1
 same hyper-parameters (lr 1e-4, AdamW, grad clip 1.0, group-scaled advantages, token-mean loss,
 no KL, one update per batch, fp32 on the CPU, 2 threads). The implementations run in this one
 process. A fourth contender, rl_lab with `share_prefix=False`, measures what the shared-prompt forward
-(rl_lab.shared_prefix) saves (skip it with --no-ablation).
+(rl_lab.engines.shared_prefix) saves (skip it with --no-ablation).
 
     python bench/bench_rl_step.py                  # 0.3M and 3M, 3 rounds of 20 steps each
     python bench/bench_rl_step.py --sizes 0.3M --rounds 5 --steps 30

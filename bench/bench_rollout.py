@@ -1,6 +1,6 @@
 """Benchmark 3: rollout throughput of the HF engine against the vLLM engine, over model sizes and
 batch sizes, on whatever device is here (CPU by default, the GPU if there is one). The HF engine
-is measured twice: with its static-cache fast path (rl_lab.fast_decode, the default for Qwen2
+is measured twice: with its static-cache fast path (rl_lab.engines.fast_decode, the default for Qwen2
 models) and with the generic Hugging Face forward (HFEngine.fast = False).
 
 Both engines sample the same prompts with the same settings (temperature 1, up to --new tokens,
@@ -25,7 +25,7 @@ import torch
 
 from rl_lab import build_model
 from rl_lab.config import SamplingConfig
-from rl_lab.rollout import HFEngine
+from rl_lab.engines.rollout import HFEngine
 
 
 def timed(engine, prompts, n, sampling, reps):
@@ -52,7 +52,7 @@ def main():
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     ap.add_argument("--model", default=None, help="a local HF model path instead of --sizes")
     a = ap.parse_args()
-    from rl_lab.vllm_engine import VLLMEngine, vllm_available
+    from rl_lab.engines.vllm_engine import VLLMEngine, vllm_available
     ok, version = vllm_available()
     if not ok:
         raise SystemExit(f"vLLM does not import here ({version}); run bash tools/install_vllm.sh")

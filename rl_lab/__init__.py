@@ -1,5 +1,18 @@
 """rl_lab: the package behind *Stable RL for Language Models*.
 
+Layout (what a newcomer reads first, and what belongs to one chapter):
+  core          config, models, tokenizer, tasks, trainer, algos/ (losses, advantages, the two
+                off-policy modes), corrections (rollout correction), monitors, schedules, utils,
+                reference_step (a plain GRPO step in ~50 lines: read it first)
+  engines/      samplers that return their own log-probs: the HF loop (rollout), its static-cache
+                decoder (fast_decode), the shared-prefix forward (shared_prefix), vLLM
+                (vllm_engine) and the mismatch injectors (injectors)
+  exact/        enumerable ground truth for small sequence spaces (chapters 2-6, 9)
+  toolkits/     one chapter's tools each: collapse (When speed kills), compare (5), pruning (6),
+                lr_mismatch (7), routing (8), information and lora (10), bandits (11)
+  tools         cli (`rl-lab`), warmstart, sweep (`rl-lab sweep`), stats, plots
+The core never imports exact/ or toolkits/ (tests/test_import_graph.py).
+
 Tiny causal LMs built from a Hugging Face config, synthetic verifiable tasks, rollout
 engines that return the sampler's own log-probs, and an RL trainer with a hook for
 off-policy corrections.  CPU by default; a GPU is used when present.
@@ -9,7 +22,7 @@ __version__ = "0.1.0"
 
 from rl_lab.config import RLConfig, SamplingConfig, WarmStartConfig, get_preset
 from rl_lab.models import build_model, load_model, load_warm_start, MODEL_SIZES
-from rl_lab.rollout import HFEngine, RolloutBatch
+from rl_lab.engines.rollout import HFEngine, RolloutBatch
 from rl_lab.tasks import get_task, TASKS
 from rl_lab.tokenizer import build_tokenizer, load_tokenizer
 from rl_lab.trainer import Trainer
@@ -20,6 +33,3 @@ __all__ = [
     "HFEngine", "RolloutBatch", "get_task", "TASKS",
     "build_tokenizer", "load_tokenizer", "Trainer",
 ]
-from rl_lab import exact  # noqa: E402,F401  (rl_lab.exact: enumerable ground truth)
-from rl_lab import bandits  # noqa: E402,F401  (chapter 11: exploration with ensembles)
-from rl_lab import compare  # noqa: E402,F401  (chapter 5: methods x seeds, mean +- std)

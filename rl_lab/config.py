@@ -158,9 +158,9 @@ class RLConfig(_Validated):
     sampler_dtype: str = "float32"
     """Precision of the rollout engine (bfloat16 makes a real training-inference mismatch)."""
     use_vllm: bool = False
-    """Sample with vLLM in this process (rl_lab.vllm_engine.VLLMEngine; TRL's name), in
+    """Sample with vLLM in this process (rl_lab.engines.vllm_engine.VLLMEngine; TRL's name), in
     `sampler_dtype`, instead of the Hugging Face sampling loop. Needs tools/install_vllm.sh."""
-    # --- mismatch injectors (rl_lab.injectors): ways the sampler mu drifts from pi ----------
+    # --- mismatch injectors (rl_lab.engines.injectors): ways the sampler mu drifts from pi ----------
     sampler_quantization: str | None = None
     """"int8": the sampler's linear layers are fake-quantised per output channel (W8A16)."""
     sampler_staleness: int = 0
@@ -252,7 +252,7 @@ class RLConfig(_Validated):
     """"auto" (CUDA if present, else CPU), "cpu" or "cuda"."""
     share_prefix: bool = True
     """The trainer's forward runs each distinct prompt once and reuses its key/value cache for
-    the prompt's rows (rl_lab.shared_prefix; same log-probs and gradients to rounding).  False:
+    the prompt's rows (rl_lab.engines.shared_prefix; same log-probs and gradients to rounding).  False:
     one plain forward over every row, for a model whose forward takes no cache."""
     progress_bar: bool = True
 

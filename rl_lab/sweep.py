@@ -15,7 +15,7 @@
 * Each run trains with rl_lab's Trainer in <out>/<run_id>/ (metrics.jsonl, config.yaml,
   checkpoints every `save_steps`, default max_steps // 10), and when it finishes the parent
   process appends ONE row to results.csv (summary_row: reward stats, the collapse flags of
-  rl_lab.collapse, the mismatch monitors' means, wall seconds).
+  rl_lab.toolkits.collapse, the mismatch monitors' means, wall seconds).
 * Resumable: a run whose id is in results.csv is skipped; a run folder with a checkpoint is
   resumed from it (Trainer.resume: bit-identical to an uninterrupted run); a folder without
   one is started afresh.  A killed sweep loses only its in-flight runs' steps since their last
@@ -26,12 +26,12 @@
 Columns of results.csv (summary_row; "last"/"first" = the last/first `fraction` = 20% of steps,
 steps are the trainer's 1-based step numbers, empty = not applicable):
   run_id, name, <one column per grid field>, seed, steps
-  reward_first, reward_last          mean reward (a NaN step counts as 0, as in rl_lab.collapse)
+  reward_first, reward_last          mean reward (a NaN step counts as 0, as in rl_lab.toolkits.collapse)
   reward_peak, reward_peak_step      peak of the `window`-step moving average (window cut to the run)
   eval_reward                        last greedy held-out eval/reward (eval_steps > 0 or final_eval)
   collapse_evaluated, collapsed, collapse_step, collapse_peak, collapse_peak_step, collapse_dips
-                                     rl_lab.collapse.detect_collapse
-  grad_blowup, grad_blowup_step, grad_norm_baseline    rl_lab.collapse.detect_grad_blowup
+                                     rl_lab.toolkits.collapse.detect_collapse
+  grad_blowup, grad_blowup_step, grad_norm_baseline    rl_lab.toolkits.collapse.detect_grad_blowup
   <monitor>_mean, <monitor>_last     for k3_kl, log_ppl_abs_diff, logp_diff_max, is_ratio_max,
                                      grad_norm, entropy, mean_length (MONITORS; NaN if not logged)
   warn_<monitor>_step, warn_<monitor>_lead   with metrics.warn: first crossing, fall - crossing
@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from rl_lab import collapse
+from rl_lab.toolkits import collapse
 from rl_lab.config import ConfigError, RLConfig, get_preset
 from rl_lab.utils import atomic_write_text
 
@@ -253,7 +253,7 @@ def _mean(x) -> float:
 
 def summary_row(df, options: dict | None = None) -> dict:
     """One run's metrics DataFrame (Trainer.train()'s) -> the summary columns of results.csv.
-    Rewards follow rl_lab.collapse: a NaN reward counts as collapse.NAN_REWARD."""
+    Rewards follow rl_lab.toolkits.collapse: a NaN reward counts as collapse.NAN_REWARD."""
     opts = _options(None) if options is None else options
     n = len(df)
     k = max(1, int(n * float(opts["fraction"])))

@@ -33,9 +33,9 @@ from rl_lab.algos.grpo import aggregate_loss, kl_k3, sequence_logprobs
 from rl_lab.algos.modes import bypass_policy_loss, decoupled_policy_loss
 from rl_lab.config import ConfigError, RLConfig, SamplingConfig
 from rl_lab.corrections import rollout_correction, token_kl
-from rl_lab.injectors import MismatchEngine, make_engine
+from rl_lab.engines.injectors import MismatchEngine, make_engine
 from rl_lab.models import quiet_hf_progress, resolve_model
-from rl_lab.rollout import HFEngine, RolloutBatch
+from rl_lab.engines.rollout import HFEngine, RolloutBatch
 from rl_lab.schedules import length_triggered_lr_factor
 from rl_lab.tasks import get_task
 from rl_lab.utils import (atomic_replace_dir, atomic_write_text, json_line, null_to_nan, pick_device, read_jsonl,
@@ -274,8 +274,10 @@ class Trainer:
             clip = dict(loss=cfg.policy_loss, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high,
                         clip_ratio_c=cfg.clip_ratio_c)
             if cfg.bypass_mode:  # pi_old := mu; weights and mask from the current pi_theta / mu
-                per_token, loss_mask, pg_metrics = bypass_policy_loss(
-                    logp_safe, rollout_logp, advantages, mask, **clip, **self._correction_kwargs(batch, logp_all))
+                bypass_weights, loss_mask, corr_metrics = rollout_correction(
+                    logp_safe.detach(), rollout_logp, mask, **self._correction_kwargs(batch, logp_all))
+                per_token, pg_metrics = bypass_policy_loss(logp_safe, rollout_logp, advantages, loss_mask,
+                                                           bypass_weights, **clip)
             else:                # decoupled: w = pi_old / mu from the hook, PPO ratio pi_theta / pi_old
                 loss_mask = mask
                 per_token, pg_metrics = decoupled_policy_loss(logp_safe, old_logp_safe, advantages, mask,

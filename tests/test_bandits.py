@@ -1,17 +1,17 @@
-"""rl_lab.bandits: the closed forms behind chapter 11, determinism, shapes and error messages."""
+"""rl_lab.toolkits.bandits: the closed forms behind chapter 11, determinism, shapes and error messages."""
 import math
 
 import numpy as np
 import pytest
 import torch
 
-from rl_lab.bandits import (
+from rl_lab.toolkits.bandits import (
     INDICES, PERTURBATIONS, EnsemblePlusPlus, EnsembleSampling, Greedy, LinearBandit,
     NeuralBandit, QuadraticBandit, ThompsonSampling, UnitBallBandit, covariance_spectrum,
     regret_table, run_bandit, unit_noise,
 )
-from rl_lab.bandits.lm import make_lm_bandit, odd_digit_class
-from rl_lab.bandits.neural import NeuralEnsemblePlusPlus, symmetrised_loss
+from rl_lab.toolkits.bandits.lm import make_lm_bandit, odd_digit_class
+from rl_lab.toolkits.bandits.neural import NeuralEnsemblePlusPlus, symmetrised_loss
 from rl_lab.config import ConfigError
 
 D64 = torch.float64

@@ -1,4 +1,4 @@
-"""rl_lab.compare: the seeds x methods grid, its summary, its figure, and threshold calibration."""
+"""rl_lab.toolkits.compare: the seeds x methods grid, its summary, its figure, and threshold calibration."""
 import math
 
 import numpy as np
@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 import torch
 
-from rl_lab.compare import (format_mean_std, plot_bands, quantile_threshold, row_statistic, run_grid,
-                            summarize)
+from rl_lab.toolkits.compare import (format_mean_std, plot_bands, quantile_threshold, row_statistic, run_grid,
+                                     summarize)
 from rl_lab.config import ConfigError
 from rl_lab.corrections import correction_preset, rejection_mask
 

@@ -11,7 +11,7 @@ import torch
 
 from rl_lab import RLConfig, Trainer, load_warm_start
 from rl_lab.config import ADV_ESTIMATORS
-from rl_lab.rollout import HFEngine
+from rl_lab.engines.rollout import HFEngine
 from rl_lab.utils import generator_on, pick_device
 
 TINY = dict(task="addition", max_steps=1, prompts_per_step=4, num_generations=4, progress_bar=False,

@@ -181,7 +181,7 @@ def test_every_mismatch_mechanism_produces_a_valid_behaviour():
 def test_truncation_rules_match_the_rollout_engine():
     from rl_lab.config import SamplingConfig
     from rl_lab.exact.mismatch import top_k, top_p
-    from rl_lab.rollout import process_logits
+    from rl_lab.engines.rollout import process_logits
     g = torch.Generator().manual_seed(0)
     logits = (3 * torch.randn(64, 11, generator=g)).to(D)
     for cfg, ours in ((SamplingConfig(top_k=3), top_k(logits, 3)), (SamplingConfig(top_p=0.8), top_p(logits, 0.8))):

@@ -1,12 +1,14 @@
 """The package's import graph (every `import` of rl_lab modules, lazy ones inside functions
-included) has no two-module circle, apart from the one still listed here to be broken."""
+included): no two-module circle, and the layout's layers hold (the core never reaches into the
+chapter toolkits or the exact toolkit)."""
 import ast
 from pathlib import Path
 
 import rl_lab
 
 ROOT = Path(rl_lab.__file__).parent
-KNOWN = {("rl_lab.information", "rl_lab.lora")}   # chapter 10's toolkit and LoRA: to split (issue 14 §6)
+TOOLKITS = ("rl_lab.toolkits", "rl_lab.exact")
+TOOLS = ("rl_lab.cli", "rl_lab.sweep", "rl_lab.warmstart")   # entry points: may use anything
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -28,5 +30,21 @@ def test_no_two_module_import_circles():
     graph = import_graph()
     circles = {tuple(sorted((a, b))) for a in graph for b in graph[a]
                if a != b and "rl_lab" not in (a, b) and a in graph.get(b, set())}
-    assert circles <= KNOWN, f"import circles: {sorted(circles - KNOWN)}"
-    assert ("rl_lab.config", "rl_lab.corrections") not in circles
+    assert not circles, f"import circles: {sorted(circles)}"
+
+
+def in_layer(module: str, prefixes) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def test_the_core_never_imports_a_toolkit():
+    graph = import_graph()
+    core = [m for m in graph if m != "rl_lab" and not in_layer(m, TOOLKITS + TOOLS)]
+    assert {"rl_lab.trainer", "rl_lab.config", "rl_lab.engines.rollout", "rl_lab.algos.grpo"} <= set(core)
+    leaks = {m: sorted(d for d in graph[m] if in_layer(d, TOOLKITS)) for m in core}
+    assert not {m: d for m, d in leaks.items() if d}, f"core modules importing toolkits: {leaks}"
+
+
+def test_the_package_root_loads_only_the_core():
+    graph = import_graph()
+    assert not [d for d in graph["rl_lab"] if in_layer(d, TOOLKITS)]

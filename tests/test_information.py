@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from rl_lab import build_model
-from rl_lab.information import (answer_probabilities, bandwidth_table, bernoulli_kl_bits, binary_entropy_bits,
-                                bits_learned, capacity_table, count_parameters, entropy_bits,
-                                per_timestep_bits, plugin_entropy_bits, published_config,
-                                scalar_advantage_bits, sum_pmf)
-from rl_lab.lora import lora_parameter_count
+from rl_lab.toolkits.information import (answer_probabilities, bandwidth_table, bernoulli_kl_bits, binary_entropy_bits,
+                                         bits_learned, capacity_table, count_parameters, entropy_bits,
+                                         per_timestep_bits, plugin_entropy_bits, published_config,
+                                         scalar_advantage_bits, sum_pmf)
+from rl_lab.toolkits.lora import lora_parameter_count
 from rl_lab.models import model_config
 from rl_lab.tasks import Addition, Countdown, Reversal, digit_token_rewards
 
@@ -151,7 +151,7 @@ def test_token_return_is_a_trl_reward_function():
 
 
 def test_run_ceiling_is_the_trapezoid_integral():
-    from rl_lab.information import run_ceiling_bits
+    from rl_lab.toolkits.information import run_ceiling_bits
 
     assert run_ceiling_bits([0, 100], [1.0, 1.0]) == pytest.approx(100.0)
     assert run_ceiling_bits([0, 100, 300], [1.0, 0.5, 0.5]) == pytest.approx(75 + 100)

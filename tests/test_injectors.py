@@ -1,11 +1,11 @@
-"""rl_lab.injectors: the sampler-only temperature (sampler_temperature)."""
+"""rl_lab.engines.injectors: the sampler-only temperature (sampler_temperature)."""
 import pytest
 import torch
 
 from rl_lab.algos.grpo import sequence_logprobs
 from rl_lab.config import ConfigError, RLConfig, SamplingConfig
-from rl_lab.injectors import MismatchEngine, make_engine
-from rl_lab.rollout import HFEngine
+from rl_lab.engines.injectors import MismatchEngine, make_engine
+from rl_lab.engines.rollout import HFEngine
 
 PROMPTS = ["12+34=", "7+8=", "rev:12345="]
 

@@ -6,8 +6,8 @@ import torch
 
 from rl_lab import Trainer, get_preset, get_task, load_warm_start
 from rl_lab.config import ConfigError
-from rl_lab.lora import (ALL_LINEAR, apply_lora, changed_parameters, is_lora_parameter, linear_shapes,
-                         lora_learning_rate, lora_parameter_count, merge_lora, num_trainable, snapshot)
+from rl_lab.toolkits.lora import (ALL_LINEAR, apply_lora, changed_parameters, is_lora_parameter, linear_shapes,
+                                  lora_learning_rate, lora_parameter_count, merge_lora, num_trainable, snapshot)
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,7 @@ def test_llama_8b_rank_one_matches_peft_on_meta():
     from peft import LoraConfig, inject_adapter_in_model
     from transformers import AutoModelForCausalLM
 
-    from rl_lab.information import published_config
+    from rl_lab.toolkits.information import published_config
 
     cfg = published_config("Llama-3.1-8B")
     assert lora_parameter_count(cfg, 1) == 2_621_440            # 81,920 per block x 32
@@ -110,7 +110,7 @@ def test_llama_8b_rank_one_matches_peft_on_meta():
 def test_first_step_kl_is_quadratic_and_the_lr_factor_rank_free(warm):
     from rl_lab import HFEngine, SamplingConfig
     from rl_lab.algos.grpo import group_advantages
-    from rl_lab.lora import first_step_kl, matched_lr_factor
+    from rl_lab.toolkits.lora import first_step_kl, matched_lr_factor
 
     model, tok = warm
     task = get_task("addition")
@@ -130,7 +130,8 @@ def test_first_step_kl_is_quadratic_and_the_lr_factor_rank_free(warm):
 
 
 def test_train_adapter_run_records_exact_success_and_scales_the_lr():
-    from rl_lab.lora import LORA_LR_FACTOR, LORA_SWEEP_SIZES, sweep_config, train_adapter_run
+    from rl_lab.toolkits.information import LORA_SWEEP_SIZES, sweep_config, train_adapter_run
+    from rl_lab.toolkits.lora import LORA_LR_FACTOR
     from rl_lab.tasks import Addition
 
     for preset in LORA_SWEEP_SIZES:

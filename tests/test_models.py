@@ -44,7 +44,7 @@ def test_unknown_model_spec_says_what_to_do():
 def _measured_success(model, tok, task, greedy: bool, n: int = 1024, seed: int = 777) -> float:
     """Mean reward on n fresh prompts (not the manifest's), sampled at temperature 1 or greedily."""
     from rl_lab.config import SamplingConfig
-    from rl_lab.rollout import HFEngine
+    from rl_lab.engines.rollout import HFEngine
     examples = task.make_dataset(n, seed=seed)
     sampling = SamplingConfig(max_completion_length=task.max_answer_length + 2, top_k=1 if greedy else 0)
     batch = HFEngine(model, tok).generate([e["prompt"] for e in examples], 1, sampling,

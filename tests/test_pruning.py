@@ -1,4 +1,4 @@
-"""Dynamic Vocabulary Pruning (rl_lab.pruning): the (1 - p) bound, the safe set, the price of pruning."""
+"""Dynamic Vocabulary Pruning (rl_lab.toolkits.pruning): the (1 - p) bound, the safe set, the price of pruning."""
 import math
 
 import numpy as np
@@ -7,8 +7,8 @@ import torch
 
 from rl_lab.corrections import safe_vocabulary
 from rl_lab.exact import NetworkPolicy, SequenceSpace, make_reward
-from rl_lab.pruning import (adversarial_logit_perturbation, binned_gap, centred_logit_gap, excluded_mass,
-                            logprob_shift_bound, pruned_divergences, pruned_log_softmax, pruning_bias_check)
+from rl_lab.toolkits.pruning import (adversarial_logit_perturbation, binned_gap, centred_logit_gap, excluded_mass,
+                                     logprob_shift_bound, pruned_divergences, pruned_log_softmax, pruning_bias_check)
 
 
 def _shift(z, z_new, a):

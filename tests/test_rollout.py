@@ -5,7 +5,7 @@ import torch
 
 from rl_lab.algos.grpo import sequence_logprobs
 from rl_lab.config import SamplingConfig
-from rl_lab.rollout import HFEngine, process_logits, sample_tokens
+from rl_lab.engines.rollout import HFEngine, process_logits, sample_tokens
 
 PROMPTS = ["12+34=", "7+8=", "rev:12345="]   # different lengths: left padding is exercised
 
@@ -118,9 +118,9 @@ def test_bad_dtype_is_rejected(tiny):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_static_decoder_equals_the_hugging_face_forward(fresh_tiny, dtype):
-    """The fast path (rl_lab.fast_decode) samples the same tokens with the same log-probs as
+    """The fast path (rl_lab.engines.fast_decode) samples the same tokens with the same log-probs as
     the Hugging Face forward with its dynamic cache, with left-padded prompts of unequal length."""
-    from rl_lab.fast_decode import supports
+    from rl_lab.engines.fast_decode import supports
 
     model, tok = fresh_tiny
     e = HFEngine(model, tok, dtype=dtype)
@@ -152,7 +152,7 @@ def _tiny_llama(tok, **config):
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_static_decoder_equals_the_hugging_face_forward_on_llama_with_biases(fresh_tiny, dtype):
     """A Llama with attention and MLP biases, untied embeddings: every weight the decoder reads."""
-    from rl_lab.fast_decode import supports
+    from rl_lab.engines.fast_decode import supports
 
     _, tok = fresh_tiny
     model = _tiny_llama(tok, attention_bias=True, mlp_bias=True, tie_word_embeddings=False)
@@ -168,7 +168,7 @@ def test_static_decoder_equals_the_hugging_face_forward_on_llama_with_biases(fre
 
 def test_static_decoder_steps_keep_their_shapes_and_stop_at_the_end(fresh_tiny):
     """Every step reads and writes the same preallocated tensors; a step past the cache is refused."""
-    from rl_lab.fast_decode import StaticDecoder
+    from rl_lab.engines.fast_decode import StaticDecoder
 
     model, tok = fresh_tiny
     dec = StaticDecoder(model, batch_size=2, max_len=5)
@@ -186,7 +186,7 @@ def test_static_decoder_steps_keep_their_shapes_and_stop_at_the_end(fresh_tiny):
 
 
 def test_static_decoder_declines_what_it_does_not_implement(fresh_tiny):
-    from rl_lab.fast_decode import StaticDecoder, supports
+    from rl_lab.engines.fast_decode import StaticDecoder, supports
 
     model, _ = fresh_tiny
     model.config.use_sliding_window = True

@@ -1,13 +1,13 @@
-"""The shared-prefix forward (rl_lab.shared_prefix) and the sampler's shared prefill
+"""The shared-prefix forward (rl_lab.engines.shared_prefix) and the sampler's shared prefill
 (StaticDecoder.prefill with repeats) compute what the plain forward computes."""
 import pytest
 import torch
 
 from rl_lab.algos.grpo import sequence_logprobs
 from rl_lab.config import SamplingConfig
-from rl_lab.fast_decode import StaticDecoder
-from rl_lab.rollout import HFEngine
-from rl_lab.shared_prefix import completion_logits
+from rl_lab.engines.fast_decode import StaticDecoder
+from rl_lab.engines.rollout import HFEngine
+from rl_lab.engines.shared_prefix import completion_logits
 
 PROMPTS = ["12+34=", "7+8=", "rev:12345="]   # different lengths: left padding is exercised
 

@@ -7,7 +7,7 @@ import torch
 
 from rl_lab import RLConfig, Trainer
 from rl_lab.config import ConfigError, get_preset
-from rl_lab.rollout import HFEngine
+from rl_lab.engines.rollout import HFEngine
 from rl_lab.trainer import TIMING_KEYS, call_reward_funcs
 from rl_lab.utils import read_jsonl
 
@@ -237,7 +237,7 @@ def test_bypass_reinforce_equals_decoupled_reinforce_on_the_first_iteration():
 
 
 def test_injectors_perturb_the_sampler_as_described(tiny):
-    from rl_lab.injectors import MismatchEngine, fake_quantize_int8_
+    from rl_lab.engines.injectors import MismatchEngine, fake_quantize_int8_
     import copy
     model, tok = tiny
     q = copy.deepcopy(model)
@@ -266,7 +266,7 @@ def test_injectors_perturb_the_sampler_as_described(tiny):
 
 def test_injected_mismatch_shows_in_the_monitors_and_is_deterministic(tiny):
     from rl_lab.algos.grpo import sequence_logprobs
-    from rl_lab.injectors import make_engine
+    from rl_lab.engines.injectors import make_engine
     from rl_lab.monitors import mismatch_metrics
     model, tok = tiny
 

@@ -254,7 +254,9 @@ def test_bypass_mode(case):
                 theirs, info_v = core_algos.compute_policy_loss_bypass_mode(roll, lp, A, m, mode, _actor(correction=rc))
             except ZeroDivisionError:
                 continue
-            per_tok, loss_mask, info = bypass_policy_loss(lp, roll, A, m, c["policy_loss"], 0.2, 0.28, 3.0, **kw)
+            weights, loss_mask, corr_info = rollout_correction(lp.detach(), roll, m, **kw)
+            per_tok, pg_info = bypass_policy_loss(lp, roll, A, loss_mask, weights, c["policy_loss"], 0.2, 0.28, 3.0)
+            info = {**pg_info, **corr_info}
             ours = aggregate_loss(per_tok, loss_mask, mode)
             if not loss_mask.any():   # rejection removed every token: verl divides 0 by 0
                 assert ours.item() == 0 and math.isnan(theirs.item())

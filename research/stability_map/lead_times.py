@@ -4,7 +4,7 @@ cross a threshold set on healthy runs, and how often does it cross in runs that 
 Criterion (fixed before computing): each monitor is smoothed like the reward (20-step trailing
 moving average); its threshold is the 99th percentile of the smoothed values over every step of
 the runs that did not collapse (all panels of the map). A collapsed
-run's lead time is its fall step (rl_lab.collapse) minus the first step the monitor is above the
+run's lead time is its fall step (rl_lab.toolkits.collapse) minus the first step the monitor is above the
 threshold (negative: it crossed only after the fall; none: never). The false-alarm rate is the
 fraction of non-collapsed runs whose monitor ever crosses it.  Because the threshold comes from
 the healthy runs themselves, about one step in a hundred of theirs lies above it by construction:
@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from rl_lab import collapse
+from rl_lab.toolkits import collapse
 from rl_lab.utils import read_metrics
 
 MONITORS = ["rollout_corr/k3_kl", "rollout_corr/log_ppl_abs_diff", "rollout_corr/training_ppl", "grad_norm",

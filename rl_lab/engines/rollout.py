@@ -21,8 +21,8 @@ import torch.nn.functional as F
 
 from rl_lab.config import SamplingConfig
 from rl_lab.corrections import safe_vocabulary
-from rl_lab.fast_decode import StaticDecoder, supports
-from rl_lab.shared_prefix import cache_argument, returned_cache
+from rl_lab.engines.fast_decode import StaticDecoder, supports
+from rl_lab.engines.shared_prefix import cache_argument, returned_cache
 from rl_lab.utils import generator_on
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -122,11 +122,11 @@ class HFEngine:
     With `dtype` equal to the trainer's and `copy_weights=False` (the default for fp32) the
     engine samples from the trainer's own module: no copy, no sync.  Otherwise it keeps its
     own copy in `dtype` and `sync_weights(model)` copies the trainer's weights in memory.
-    Qwen2/Llama models decode through `rl_lab.fast_decode.StaticDecoder` (a preallocated cache,
+    Qwen2/Llama models decode through `rl_lab.engines.fast_decode.StaticDecoder` (a preallocated cache,
     the model's own modules; set `fast = False` for the Hugging Face forward, the reference it is
     tested against).  With `record_full_logprobs` each batch also carries the sampler's full (B, T, V)
     log-distributions (for exact per-context divergences).  Subclasses perturb the sampler
-    through `perturb_logits` and `sync_weights` (see rl_lab.injectors).
+    through `perturb_logits` and `sync_weights` (see rl_lab.engines.injectors).
     """
 
     def __init__(self, model: torch.nn.Module, tokenizer, dtype: str = "float32",
@@ -143,7 +143,7 @@ class HFEngine:
         if copy_weights:
             self.model.requires_grad_(False)
         self.record_full_logprobs = False
-        self.fast = True   # rl_lab.fast_decode for Qwen2/Llama models; False: the HF forward
+        self.fast = True   # rl_lab.engines.fast_decode for Qwen2/Llama models; False: the HF forward
 
     def perturb_logits(self, logits: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         """Hook on the raw (B, V) logits before sampling; the identity here."""

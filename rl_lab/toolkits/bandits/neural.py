@@ -8,7 +8,7 @@ S independent networks (one per seed) live in batched weight tensors.
 h is an MLP (the features), w the mean head, W (d_h x M) the trainable ensemble head, which
 starts at zero, W0 the frozen prior head (rows uniform on the unit sphere of R^M) and sg a
 stop-gradient, so only the mean loss shapes the features.  With h(x) = x this is exactly the
-linear Ensemble++ of `rl_lab.bandits.linear`, with A = W + prior_scale W0.
+linear Ensemble++ of `rl_lab.toolkits.bandits.linear`, with A = W + prior_scale W0.
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rl_lab.bandits.envs import check_choice, check_int, check_positive
-from rl_lab.bandits.linear import INDICES, PERTURBATIONS, unit_noise
+from rl_lab.toolkits.bandits.envs import check_choice, check_int, check_positive
+from rl_lab.toolkits.bandits.linear import INDICES, PERTURBATIONS, unit_noise
 from rl_lab.config import ConfigError
 
 
