@@ -1,4 +1,5 @@
-"""Compare named RL configurations over several seeds (chapter 5's lab).
+"""Compare named RL configurations over several seeds (chapter 5's lab; labs 4, 6, 7 and 9 train
+their method x seed grids with run_grid too).
 
   run_grid            train every (method, seed) pair through the Trainer -> one long DataFrame
   summarize           per method: mean and std over seeds of each run's average of a metric
@@ -22,7 +23,8 @@ from rl_lab.corrections import RS_OPTIONS, reduce_rows, token_divergences
 
 
 def run_grid(methods: dict[str, dict], seeds, preset: str | None = None, **base) -> pd.DataFrame:
-    """Train each method with each seed: get_preset(preset, **base, **method, seed=s).
+    """Train each method with each seed: get_preset(preset, **base, **method, seed=s), where base
+    and the methods may set any RLConfig field (task=, model=, sampler_dtype=, eval_steps=, ...).
 
     -> long DataFrame, one row per (method, seed, step), with columns `method`, `seed` and
     every logged metric.  Methods keep their order (a categorical column)."""
