@@ -1,4 +1,5 @@
-"""The two t statistics the labs and tests use to say whether a difference is real."""
+"""The statistics the labs and tests use to say whether a difference is real: Welch's and the
+one-sample t, and the Wilson interval of a proportion (k successes out of n)."""
 from __future__ import annotations
 
 import numpy as np
@@ -23,3 +24,14 @@ def one_sample_t(x, mu: float = 0.0) -> float:
     diff = x.mean() - mu
     se = x.std(ddof=1) / np.sqrt(len(x))
     return float(diff / se) if se > 0 else float(np.sign(diff) * np.inf if diff else 0.0)
+
+
+def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score interval of a proportion k / n (95% for z = 1.96); unlike the normal
+    approximation it stays inside [0, 1] and is not empty at k = 0 or k = n."""
+    if n <= 0 or not 0 <= k <= n:
+        raise ValueError(f"wilson_interval needs 0 <= k <= n and n > 0, got k={k}, n={n}")
+    p, z2 = k / n, z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z * np.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
+    return float(max(0.0, centre - half)), float(min(1.0, centre + half))

@@ -128,3 +128,27 @@ def test_first_crossing_and_lead_time():
     assert lead_time(k3, 1e-3, fall_step=2) == -1
     assert lead_time(k3, 1e-3, fall_step=None) is None
     assert lead_time(k3, 1.0, fall_step=10) is None
+
+
+def test_warning_threshold_is_a_percentile_of_the_smoothed_healthy_runs():
+    healthy = [np.arange(30.0), np.full(25, 100.0)]
+    # window 20: smoothed values 9.5 .. 19.5 (11 of them) and 100 (6 of them)
+    smoothed = np.concatenate([np.arange(9.5, 20.0), np.full(6, 100.0)])
+    assert collapse.warning_threshold(healthy, percentile=50) == pytest.approx(np.percentile(smoothed, 50))
+    assert collapse.warning_threshold(healthy, percentile=99) == pytest.approx(np.percentile(smoothed, 99))
+    with pytest.raises(ValueError):
+        collapse.warning_threshold([np.arange(5.0)])            # no full window
+
+
+def test_early_warning_counts_leads_and_false_alarms():
+    w = 20
+    rising = np.r_[np.zeros(40), np.full(60, 10.0)]            # smoothed crosses 5 at position 49
+    late = np.r_[np.zeros(80), np.full(20, 10.0)]              # crosses at position 89
+    flat = np.zeros(100)
+    steps = np.arange(1, 101)                                   # the trainer's 1-based step labels
+    out = collapse.early_warning(5.0, [(rising, steps, 70), (late, steps, 70), (flat, steps, 70)],
+                                 [flat, rising], window=w)
+    # rising: smoothed position p covers raw [p-19, p]; mean >= 5 first at p = 49 -> step 50 -> lead 20
+    assert out["leads"][0] == 20 and out["leads"][1] == 70 - 90 and np.isnan(out["leads"][2])
+    assert (out["warned"], out["collapses"], out["median_lead"]) == (1, 3, 20.0)
+    assert (out["false_alarms"], out["healthy"]) == (1, 2)

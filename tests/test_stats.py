@@ -21,3 +21,17 @@ def test_constant_samples_and_too_few_values():
     assert one_sample_t([-1, -1]) == -np.inf
     with pytest.raises(ValueError, match="at least 2"):
         welch_t([1.0], [0.0, 1.0])
+
+
+def test_wilson_interval_by_hand_and_at_the_edges():
+    from rl_lab.stats import wilson_interval
+    lo, hi = wilson_interval(4, 6)      # p = 2/3: centre (p + z^2/12) / (1 + z^2/6), by hand below
+    z2 = 1.96 ** 2
+    centre = (4 / 6 + z2 / 12) / (1 + z2 / 6)
+    half = 1.96 * np.sqrt((4 / 6) * (2 / 6) / 6 + z2 / 144) / (1 + z2 / 6)
+    assert (lo, hi) == pytest.approx((centre - half, centre + half))
+    assert 0.29 < lo < 0.31 and 0.90 < hi < 0.91
+    assert wilson_interval(0, 10)[0] == 0.0 and wilson_interval(0, 10)[1] > 0.2     # not empty at k = 0
+    assert wilson_interval(10, 10)[1] == 1.0 and wilson_interval(10, 10)[0] < 0.8
+    with pytest.raises(ValueError):
+        wilson_interval(3, 2)

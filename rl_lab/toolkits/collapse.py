@@ -30,10 +30,14 @@ Gradient blow-up (`detect_grad_blowup`)
     that step) counts as above the line.  The reported step is the first of the streak.  The
     trainer logs the norm before clipping, so clipping does not hide it.
 
-Early warning (`first_crossing`, `lead_time`)
+Early warning (`first_crossing`, `lead_time`, `warning_threshold`, `early_warning`)
     The first step at which a monitor (e.g. rollout_corr/k3_kl) crosses a threshold; NaN never
     crosses.  The lead time is fall step - crossing step: positive when the monitor warned
-    before the reward fell.
+    before the reward fell.  A monitor is smoothed like the reward (WINDOW-step trailing moving
+    average); its alarm line is the WARN_PERCENTILE-th percentile of the smoothed values over
+    every step of runs known to be healthy, fitted on runs *other* than those it is tested on.
+    Tested on held-out runs: the fraction of collapses it warned of before the fall, the lead
+    times, and the fraction of healthy runs on which it crossed anyway (false alarms).
 
 Chapter "When speed kills stability" (book/ch_when_speed_kills.md) applies these criteria.
 """
@@ -58,6 +62,9 @@ GRAD_FACTOR = 10.0
 """A blow-up: the gradient norm exceeds GRAD_FACTOR x the early median ..."""
 GRAD_PATIENCE = 5
 """... for GRAD_PATIENCE consecutive steps."""
+
+WARN_PERCENTILE = 99.0
+"""A monitor's alarm line: this percentile of its smoothed values on healthy runs."""
 
 CRITERION = (f"collapse: the {WINDOW}-step trailing moving average of the reward falls below "
              f"{DROP} x its running peak and never climbs back to {RECOVER} x that peak "
@@ -200,3 +207,63 @@ def lead_time(series: Sequence[float], threshold: float, fall_step, above: bool 
         return None
     cross = first_crossing(series, threshold, above=above, steps=steps)
     return None if cross is None else fall_step - cross
+
+
+def warning_threshold(healthy: Sequence[Sequence[float]], percentile: float = WARN_PERCENTILE,
+                      window: int = WINDOW) -> float:
+    """The alarm line of a monitor: the `percentile`-th percentile of its `window`-step trailing
+    moving average over every step of the given healthy runs (NaNs ignored)."""
+    smoothed = [moving_average(_series(h, "healthy run"), window) for h in healthy]
+    values = np.concatenate(smoothed) if smoothed else np.array([])
+    if not np.isfinite(values).any():
+        raise ValueError("warning_threshold needs at least one healthy run with a full window of finite values")
+    return float(np.nanpercentile(values, percentile))
+
+
+def early_warning(threshold: float, collapsed, healthy, window: int = WINDOW) -> dict:
+    """How a monitor with alarm line `threshold` does on held-out runs.
+
+    collapsed: (series, steps, fall_step) per collapsed run (steps label the series' positions,
+        fall_step is detect_collapse's step in the same labels); healthy: series per healthy run.
+    -> dict with `warned` (collapses whose smoothed monitor crossed strictly before the fall),
+    `collapses`, `leads` (fall - crossing per collapse, NaN when it never crossed), `median_lead`
+    (over the warned ones; NaN if none), `false_alarms` (healthy runs that crossed) and `healthy`."""
+    leads = []
+    for series, steps, fall in collapsed:
+        s = _series(series, "collapsed run")
+        smoothed_steps = None if steps is None else list(steps)[window - 1:]
+        lead = lead_time(moving_average(s, window), threshold, fall, steps=smoothed_steps)
+        leads.append(np.nan if lead is None else float(lead))
+    leads = np.asarray(leads, dtype=float)
+    warned = leads > 0
+    alarms = [first_crossing(moving_average(_series(h, "healthy run"), window), threshold) is not None
+              for h in healthy]
+    return {"threshold": float(threshold), "warned": int(warned.sum()), "collapses": len(leads), "leads": leads,
+            "median_lead": float(np.median(leads[warned])) if warned.any() else float("nan"),
+            "false_alarms": int(sum(alarms)), "healthy": len(alarms)}
+
+
+def early_warning_table(series, monitors, fit, collapsed, healthy, fall_steps, window: int = WINDOW,
+                        percentile: float = WARN_PERCENTILE):
+    """One row per monitor: its alarm line fitted on the `fit` runs, tested on held-out runs.
+
+    series: long DataFrame with `run_id`, `step` and one column per monitor; fit / collapsed /
+    healthy: run ids (fit: healthy runs for the threshold, disjoint from the other two);
+    fall_steps: {run_id: detect_collapse's fall step} for the collapsed ones."""
+    import pandas as pd
+
+    overlap = set(fit) & (set(collapsed) | set(healthy))
+    if overlap:
+        raise ValueError(f"fit runs must be held out from the test runs; {len(overlap)} are in both")
+    runs = {rid: df.sort_values("step") for rid, df in series.groupby("run_id")}
+    missing = [r for r in [*fit, *collapsed, *healthy] if r not in runs]
+    if missing:
+        raise ValueError(f"no series for runs {missing[:3]}{' ...' if len(missing) > 3 else ''}")
+    rows = []
+    for m in monitors:
+        thr = warning_threshold([runs[r][m].to_numpy(float) for r in fit], percentile, window)
+        out = early_warning(thr, [(runs[r][m].to_numpy(float), runs[r]["step"].to_numpy(), fall_steps[r])
+                                  for r in collapsed],
+                            [runs[r][m].to_numpy(float) for r in healthy], window)
+        rows.append({"monitor": m, **{k: v for k, v in out.items() if k != "leads"}})
+    return pd.DataFrame(rows).set_index("monitor")
