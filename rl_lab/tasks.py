@@ -242,8 +242,65 @@ class Countdown(Task):
         return float(value == target and Counter(used) == Counter(numbers))
 
 
+@dataclass
+class ScratchpadAddition(Task):
+    """"4837+2956=" -> "7+6=13,3+5+1=9,8+9=17,4+2+1=7>7793": column addition written out,
+    least significant column first, one "x+y[+1]=s" step per column (the "+1" is the carry in),
+    then ">" and the sum.  Knob: `digits` per operand (both operands have exactly `digits`
+    digits).  At the default 5 digits a completion is 35-49 characters, about 42 on average:
+    tokens, since the tokenizer is character-level.  The reward reads only the final answer,
+    after the last ">": a wrong scratchpad with the right sum still earns 1.
+
+    The long-completion task of research/long_completions/ (issue 15): the sequence-level
+    sampler/trainer ratio is a product over ~10x more tokens than `Addition`'s."""
+    digits: int = 5
+    name = "scratchpad"
+
+    def __post_init__(self):
+        if not 1 <= self.digits <= 10:
+            raise ValueError(f"ScratchpadAddition.digits={self.digits} must be in [1, 10]")
+        if self.reward_mode != "exact":
+            raise ValueError(f"reward_mode={self.reward_mode!r}: ScratchpadAddition supports only 'exact'")
+
+    def sample(self, rng):
+        lo, hi = 10 ** (self.digits - 1) if self.digits > 1 else 0, 10 ** self.digits
+        a, b = int(rng.integers(lo, hi)), int(rng.integers(lo, hi))
+        return {"prompt": f"{a}+{b}=", "answer": str(a + b)}
+
+    @staticmethod
+    def scratchpad(a: int, b: int) -> str:
+        """The written column addition of a + b (non-negative), ending in ">" and the sum."""
+        xs, ys = str(a)[::-1], str(b)[::-1]
+        steps, carry = [], 0
+        for i in range(max(len(xs), len(ys))):
+            x, y = int(xs[i]) if i < len(xs) else 0, int(ys[i]) if i < len(ys) else 0
+            s = x + y + carry
+            steps.append(f"{x}+{y}" + ("+1" if carry else "") + f"={s}")
+            carry = s // 10
+        return ",".join(steps) + f">{a + b}"
+
+    def target(self, example):
+        a, b = example["prompt"].rstrip("=").split("+")
+        return self.scratchpad(int(a), int(b))
+
+    @property
+    def max_answer_length(self):
+        # first column "x+y=ss" (6), later ones "x+y+1=ss" (8), commas, ">" and digits+1 digits
+        return 6 + 8 * (self.digits - 1) + (self.digits - 1) + 1 + self.digits + 1
+
+    def score(self, completion, example):
+        text = completion.strip()
+        if ">" not in text:
+            return 0.0
+        return float(text.rsplit(">", 1)[1].strip() == example["answer"])
+
+    def token_rewards(self, completion, example):
+        return [0.0] * len(completion.strip()) + [float(self.score(completion, example))]
+
+
 TASKS: dict[str, type[Task]] = {"addition": Addition, "reversal": Reversal,
-                                "sorting": Sorting, "countdown": Countdown}
+                                "sorting": Sorting, "countdown": Countdown,
+                                "scratchpad": ScratchpadAddition}
 
 
 def get_task(name: str, **kwargs) -> Task:
