@@ -9,8 +9,8 @@ import torch
 
 from rl_lab.config import ConfigError, WarmStartConfig
 from rl_lab.models import CHECKPOINT_DIR
-from rl_lab.warmstart import (SHIPPED, SUCCESS_TOLERANCE, compare_with_manifest, machine_signature,
-                              sft_batch, warm_start)
+from rl_lab.warmstart import (CI_REBUILT, SHIPPED, SUCCESS_TOLERANCE, compare_with_manifest,
+                              machine_signature, sft_batch, warm_start)
 
 MANIFEST = json.loads((CHECKPOINT_DIR / "MANIFEST.json").read_text())
 
@@ -77,6 +77,17 @@ def test_manifest_records_outcome_versions_and_machine():
         assert entry["stopped_at_step"] < cfg.steps, "the target must be reached before the step budget"
 
 
+def test_ci_rebuilds_only_shipped_checkpoints_and_every_shipped_one_loads():
+    """The test suite rebuilds CI_REBUILT (the quick ones); `model: warm-start` finds every
+    shipped checkpoint, the slow-to-build scratchpad one included."""
+    from rl_lab.models import resolve_model
+    assert set(CI_REBUILT) <= set(SHIPPED) and "scratchpad-0.3M" not in CI_REBUILT
+    for name, cfg in SHIPPED.items():
+        assert name == f"{cfg.task}-{cfg.model_size}"
+        model, tok = resolve_model("warm-start", cfg.task)
+        assert (CHECKPOINT_DIR / name / "model.safetensors").exists() and tok.eos_token_id is not None
+
+
 @pytest.mark.slow
 def test_shipped_checkpoints_rebuild_within_tolerance(rebuilt_warm_start):
     """On any machine: the rebuilt checkpoint's outcome matches the manifest (and, on the machine
@@ -95,7 +106,7 @@ def test_recipe_outcome_does_not_depend_on_the_cpu_kernels(tmp_path):
     count is no such test: on this model it gives the same bits.)"""
     import os
     env = dict(os.environ, ATEN_CPU_CAPABILITY="default")
-    out = subprocess.run([sys.executable, "-m", "rl_lab.warmstart", *SHIPPED, "--check", "--out", str(tmp_path)],
+    out = subprocess.run([sys.executable, "-m", "rl_lab.warmstart", *CI_REBUILT, "--check", "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=1200, env=env)
     assert out.returncode == 0, out.stdout + out.stderr[-2000:]
     assert "SHA-256 not compared" in out.stdout and "'cpu_capability': 'DEFAULT'" in out.stdout
