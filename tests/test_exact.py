@@ -1,6 +1,8 @@
 """rl_lab.exact: identities that a wrong enumeration, estimator or bound would break."""
 import math
 
+import numpy as np
+
 import pytest
 import torch
 
@@ -349,9 +351,22 @@ def test_every_bound_holds(policy_cls):
                 m, b = exact_moments(pr, est), estimator_bounds(pr, est)
                 assert m.bias_norm <= b["bias"] * (1 + 1e-9) + 1e-12, (mech, reward, est.label)
                 assert m.var <= b["var"] * (1 + 1e-9) + 1e-12, (mech, reward, est.label)
-                for key in ("bias_series", "var_series"):
+                for key in ("bias_series", "var_series", "bias_chi2"):
                     if key in b:
                         assert b[key] >= b[key.split("_")[0]] - 1e-12
+                if "bias_chi2" in b:                                   # chapter 3's form, no factor 2
+                    assert b["bias_chi2"] <= b["bias_series"] + 1e-12
+
+
+def test_truncated_and_masked_weights_have_second_moment_at_most_min_C_C2():
+    # the lemma behind the K^2 min(C, C^2) variance bounds: E_mu[w^2] <= min(C, C^2)
+    for mech, size in (("shift", 1.5), ("noise", 2.0), ("sparse", 8.0), ("top_k", 1)):
+        pr = problem(TabularPolicy, V=3, T=4, mechanism=mech, size=size)
+        for C in (0.5, 1.0, 1.5, 4.0, 30.0):
+            for name in ("seq_tis", "seq_mis", "token_tis", "token_mis"):
+                w = estimator_weights(Estimator(name, C=C), pr.lp_pi - pr.lp_mu)     # (N, T)
+                second = (pr.p_mu[:, None] * w.square()).sum(0)                       # E_mu[w_t^2] per t
+                assert (second <= min(C, C ** 2) * (1 + 1e-12)).all(), (mech, C, name)
 
 
 # ---------------------------------------------------------------- SGA lemma -------------
@@ -417,9 +432,18 @@ def test_sga_efficiency_ignores_scale_and_matches_best_step():
 
 def test_analysis_helpers():
     from rl_lab.exact import (bound_optimal_threshold, estimator_table, expected_ascent, feedback_policy,
-                              loglog_slope, mc_errors, threshold_sweep)
+                              loglog_slope, mc_errors, seq_tis_mse_bound, threshold_sweep)
     assert abs(loglog_slope([1, 2, 4, 8], [3, 12, 48, 192]) - 2) < 1e-12
-    assert abs(bound_optimal_threshold(1.0) - 2.0) < 1e-12
+    assert abs(bound_optimal_threshold(1.0, series=True) - 2.0) < 1e-12      # Part 2: sqrt(2 (1 + chi2))
+    for chi2_seq, B in ((0.3, 1), (4.0, 64), (50.0, 1024)):                    # C* minimises its bound
+        for series in (False, True):
+            c = bound_optimal_threshold(chi2_seq, B, series=series)
+            grid = np.geomspace(1.0, 1e4, 4001)
+            best = grid[np.argmin([seq_tis_mse_bound(x, chi2_seq, B, series=series) for x in grid])]
+            assert abs(best / c - 1) < 0.01, (chi2_seq, B, series)
+    # the derived form grows like B^(1/3) (1 + chi2)^(2/3), the series' like B^(1/4) (1 + chi2)^(1/2)
+    assert abs(bound_optimal_threshold(7.0, 8) / bound_optimal_threshold(7.0, 1) - 2.0) < 1e-12
+    assert abs(bound_optimal_threshold(7.0, 1) / bound_optimal_threshold(0.0, 1) - 4.0) < 1e-12
     pr = problem(TabularPolicy, V=2, T=5, mechanism="noise", size=0.8)
     table = estimator_table(pr, standard_estimators(C=1.5), batch_size=16)
     assert list(table.index)[0] == "on-policy" and (table["bias"] <= table["bias bound"] + 1e-12).all()

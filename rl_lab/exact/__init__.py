@@ -12,7 +12,7 @@ from rl_lab.exact.sga import (best_step, expected_progress, objective_at, per_se
                               sga_efficiency, sga_terms, smoothness)
 from rl_lab.exact.bounds import estimator_bounds, score_sups, simulation_lemma
 from rl_lab.exact.analysis import (bound_optimal_threshold, estimator_table, expected_ascent,
-                                   loglog_slope, mc_errors, threshold_sweep)
+                                   loglog_slope, mc_errors, seq_tis_mse_bound, threshold_sweep)
 from rl_lab.exact.trust_region import error_identity, surrogate_error, trm_bound_table, trm_divergences
 from rl_lab.exact.baselines import (BASELINES, baseline_values, estimator_variance, group_estimator_mse, logit_grad_sqnorm,
                                    per_token_proxy, per_token_scores, variance_table)

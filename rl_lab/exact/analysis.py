@@ -86,7 +86,22 @@ def mc_errors(problem: ExactProblem, est: Estimator, batch_sizes, repeats: int =
     return pd.DataFrame(rows)
 
 
-def bound_optimal_threshold(chi2_seq: float, batch_size: int = 1) -> float:
-    """The C minimising the series' Seq-TIS MSE bound 4K^2(1+chi2)^2/C^2 + K^2 C^2 / B:
-    C* = sqrt(2 sqrt(B) (1 + chi2)), i.e. sqrt(2 (1 + chi2)) for a single sample."""
-    return math.sqrt(2 * math.sqrt(batch_size) * (1 + chi2_seq))
+def bound_optimal_threshold(chi2_seq: float, batch_size: int = 1, series: bool = False) -> float:
+    """The C minimising a Seq-TIS MSE bound for a batch of B (chapter 3).
+
+    Default: the bound derived in chapter 3, bias <= K (1+chi2)/C and Var <= K^2 C (C >= 1), so
+    MSE <= K^2 (1+chi2)^2 / C^2 + K^2 C / B, minimised at C* = (2B)^(1/3) (1+chi2)^(2/3) (always
+    >= 2^(1/3) > 1, where the variance bound K^2 C applies).
+    series=True: Part 2's form, 4K^2(1+chi2)^2/C^2 + K^2 C^2 / B, minimised at
+    C* = sqrt(2 sqrt(B) (1 + chi2)), i.e. Part 2's sqrt(2 (1 + chi2)) for a single sample."""
+    if series:
+        return math.sqrt(2 * math.sqrt(batch_size) * (1 + chi2_seq))
+    return (2 * batch_size) ** (1 / 3) * (1 + chi2_seq) ** (2 / 3)
+
+
+def seq_tis_mse_bound(C: float, chi2_seq: float, batch_size: int = 1, K: float = 1.0,
+                      series: bool = False) -> float:
+    """The Seq-TIS MSE bound that bound_optimal_threshold minimises, at threshold C >= 1."""
+    if series:
+        return 4 * K ** 2 * (1 + chi2_seq) ** 2 / C ** 2 + K ** 2 * C ** 2 / batch_size
+    return K ** 2 * (1 + chi2_seq) ** 2 / C ** 2 + K ** 2 * C / batch_size

@@ -4,6 +4,11 @@ With A(y) = R(y) - b, the per-token score phi_t(y) = A(y) grad log pi(y_t | y_<t
 sequence score f(y) = sum_t phi_t(y), let K = sup_y ||f(y)|| and K_t = sup_y ||phi_t(y)||.
 Every bound below is a theorem (derivations in chapters 2-3); the series' own, looser
 closed forms are reported next to the tighter intermediate ones.
+
+A weight w that is at most C and at most C * rho/rho-like (min(rho, C), or rho 1{rho <= C}) has
+E_mu[w^2] <= min(C, C^2): w^2 <= C min(rho, C) and E_mu[min(rho, C)] <= min(1, C).  So the
+truncated and masked estimators' variance is at most K^2 min(C, C^2) (sequence level) or
+min(C, C^2) (sum_t K_t)^2 (token level), a factor C tighter than the series' K^2 C^2 for C >= 1.
 """
 from __future__ import annotations
 
@@ -38,7 +43,8 @@ def _token_excess(problem: ExactProblem, est: Estimator) -> torch.Tensor:
 
 def estimator_bounds(problem: ExactProblem, est: Estimator) -> dict:
     """{'bias': tightest bias bound, 'var': variance bound, plus the series' closed forms
-    ('bias_series', 'var_series') where the series states one}."""
+    ('bias_series', 'var_series') where the series states one, and for seq_tis the chi^2 form
+    of chapter 3 ('bias_chi2' = K (1 + chi2) / C + K P_pi(mu = 0), without Part 2's factor 2)}."""
     T, div = problem.space.T, problem.div
     K, K_t = score_sups(problem, est.baseline)
     sum_Kt = float(K_t.sum())
@@ -48,6 +54,7 @@ def estimator_bounds(problem: ExactProblem, est: Estimator) -> dict:
     one_chi2 = 1 + div.chi2_seq
     hybrid = 2 * T * div.delta_max * sum_Kt                           # token-level state-shift bias
     name, C = est.name, est.C
+    w2 = min(C, C ** 2)                                               # sup of E_mu[w^2], see above
     if name == "on_policy":
         return {"bias": 0.0, "var": K ** 2}
     if name == "naive":
@@ -56,17 +63,18 @@ def estimator_bounds(problem: ExactProblem, est: Estimator) -> dict:
         return {"bias": hybrid, "var": (1 + div.chi2_max) * sum_Kt ** 2}
     if name in ("token_tis", "token_mis"):
         extra = float((K_t * _token_excess(problem, est)).sum())
-        return {"bias": hybrid + extra, "var": C ** 2 * sum_Kt ** 2}
+        return {"bias": hybrid + extra, "var": w2 * sum_Kt ** 2, "var_series": C ** 2 * sum_Kt ** 2}
     if name == "seq_is":
         return {"bias": K * uncovered, "var": K ** 2 * one_chi2,
                 "var_series": K ** 2 * (1 + div.chi2_max) ** T}
     if name == "seq_tis":
         tail = float(torch.where(p_mu > 0, (p_pi - C * p_mu).clamp(min=0), torch.zeros_like(p_pi)).sum())
-        return {"bias": K * (tail + uncovered), "bias_series": 2 * K * one_chi2 / C + K * uncovered,
-                "var": K ** 2 * C ** 2}
+        return {"bias": K * (tail + uncovered), "bias_chi2": K * one_chi2 / C + K * uncovered,
+                "bias_series": 2 * K * one_chi2 / C + K * uncovered,
+                "var": K ** 2 * w2, "var_series": K ** 2 * C ** 2}
     if name == "seq_mis":
-        rejected = float(p_pi[(rho > C) | (rho < est.lower)].sum())  # includes mu(y) = 0
-        return {"bias": K * rejected, "var": K ** 2 * C ** 2}
+        rejected = float(p_pi[(rho > C) | (rho < est.lower)].sum())  # both sides; includes mu(y) = 0
+        return {"bias": K * rejected, "var": K ** 2 * w2, "var_series": K ** 2 * C ** 2}
     geo = torch.where(p_mu > 0, rho, torch.ones_like(rho)) ** (1 / T)
     rejected_mu = float(p_mu[(geo > C) | (geo < est.lower)].sum())   # geo_mask
     return {"bias": 2 * K * div.tv_seq + K * rejected_mu, "var": K ** 2}
