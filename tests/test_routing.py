@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from rl_lab.toolkits.routing import (TinyMoELM, count_switches, flip_probability, kl_along_direction,
-                                     mc_flip_probability, mixture_logprobs, pg_ascent, routing_flip_fraction,
-                                     routing_mismatch, soft_gate, token_logprobs, topk_gate, topk_mask)
+                                     mc_flip_probability, mixture_logprobs, pg_ascent, population_kl,
+                                     routing_flip_fraction, routing_mismatch, soft_gate, token_logprobs, topk_gate,
+                                     topk_mask)
 
 D64 = torch.float64
 E = torch.tensor([[3.0, 0, 0, 0], [0, 3.0, 0, 0], [0, 0, 3.0, 0]], dtype=D64)
@@ -32,6 +33,72 @@ def test_topk_gate_weights_and_gradient_blackout():
     assert (grad[mask].abs() > 0).all()
     with pytest.raises(ValueError, match="temperature"):
         topk_gate(h, 2, temperature=0.0)
+
+
+def test_unnormalised_topk_gate_weights_and_the_minus_p_u_y_gradient():
+    """norm_topk_prob=False: weights are the full softmax on the selected set, and for an
+    unselected u, dy/dh_u = -p_u y (not 0): autograd against the closed form."""
+    g = torch.Generator().manual_seed(1)
+    M, N, K, D = 300, 6, 2, 5
+    h = torch.randn(M, N, generator=g, dtype=D64).requires_grad_()
+    experts = torch.randn(N, D, generator=g, dtype=D64)          # E_j, fixed outputs
+    w, mask = topk_gate(h, K, norm_topk_prob=False)
+    p = torch.softmax(h.detach(), -1)
+    assert torch.equal(mask, topk_mask(h, K))
+    assert torch.allclose(w.detach(), p * mask) and (w.detach().sum(-1) < 1).all()
+    y = w @ experts                                              # (M, D)
+    c = torch.randn(D, generator=g, dtype=D64)                   # loss L = sum_m c . y_m
+    (grad,) = torch.autograd.grad((y @ c).sum(), h, retain_graph=True)
+    closed = -p * (y.detach() @ c)[:, None]                      # dL/dh_u = -p_u (c . y)
+    assert torch.allclose(grad[~mask], closed[~mask], rtol=1e-10, atol=1e-14)
+    assert (grad[~mask].abs() > 0).all()
+    # the same with every output coordinate separately (the full Jacobian dy/dh_u = -p_u y)
+    for d in range(D):
+        (gd,) = torch.autograd.grad(y[:, d].sum(), h, retain_graph=True)
+        assert torch.allclose(gd[~mask], (-p * y.detach()[:, d:d + 1])[~mask], rtol=1e-10, atol=1e-14)
+    # the renormalised gate on the same logits: exactly zero
+    w1, _ = topk_gate(h, K)
+    (g1,) = torch.autograd.grad(((w1 @ experts) @ c).sum(), h)
+    assert (g1[~mask] == 0).all()
+    # with a temperature the unnormalised gradient is divided by it
+    wt, _ = topk_gate(h, K, temperature=2.0, norm_topk_prob=False)
+    (gt,) = torch.autograd.grad(((wt @ experts) @ c).sum(), h)
+    pt = torch.softmax(h.detach() / 2, -1)
+    assert torch.allclose(gt[~mask], (-pt * ((wt.detach() @ experts) @ c)[:, None] / 2)[~mask])
+
+
+def test_both_gates_jump_across_the_switch():
+    h0 = torch.tensor([1.0, 0.0, 0.0], dtype=D64)
+    eps = torch.logspace(-6, -2, 5, dtype=D64)
+    for norm in (True, False):
+        cross = kl_along_direction(h0, torch.tensor([0.0, 0, 1], dtype=D64), eps, E, k=2, norm_topk_prob=norm)
+        along = kl_along_direction(h0, torch.tensor([0.0, 1, 0], dtype=D64), eps, E, k=2, norm_topk_prob=norm)
+        assert cross.min() > 0.01 and np.ptp(cross.numpy()) / cross.min() < 0.01
+        slope = np.polyfit(np.log(eps.numpy()[1:]), np.log(along.numpy()[1:]), 1)[0]
+        assert abs(slope - 2) < 0.05
+
+
+def test_population_kl_mean_is_linear_while_max_does_not_shrink():
+    g = torch.Generator().manual_seed(0)
+    M, N, V, d = 40000, 8, 16, 16
+    experts = 2 * torch.randn(N, V, generator=g, dtype=D64)
+    x = torch.randn(M, d, generator=g, dtype=D64)
+    h = x @ (2 * torch.randn(N, d, generator=g, dtype=D64) / 4).T
+    v = x @ (torch.randn(N, d, generator=g, dtype=D64) / 4).T
+    eps = torch.logspace(-3, -1, 5, dtype=D64)
+    for norm in (True, False):
+        r = population_kl(h, v, eps, experts, k=2, norm_topk_prob=norm)
+        assert r["kl"].shape == (5, M)
+        slope = np.polyfit(np.log(eps.numpy()), np.log(r["mean"]), 1)[0]
+        assert 0.8 < slope < 1.2                                  # continuous, O(eps), not eps^2
+        # over the 100x range of eps the mean falls ~100x; the worst sampled context stays O(1)
+        assert r["max"][0] > 0.1 and r["max"][-1] / r["max"][0] < 5
+        assert (np.diff(r["switched"]) > 0).all() and r["switched"][0] > 0
+    dense = population_kl(h, v, eps, experts, k=None)
+    assert abs(np.polyfit(np.log(eps.numpy()), np.log(dense["mean"]), 1)[0] - 2) < 0.05
+    assert (dense["switched"] == 0).all() and dense["max"][0] < 1e-4
+    with pytest.raises(ValueError, match=r"\(M, N\)"):
+        population_kl(h[0], v[0], eps, experts, k=2)
 
 
 def test_soft_gate_is_dense_and_top_n_equals_soft():
@@ -115,6 +182,22 @@ def test_tiny_moe_forward_shapes_forcing_and_token_logprobs():
         m(ids, forced_experts=e[:1])
     with pytest.raises(ValueError, match="divisible"):
         TinyMoELM(d_model=30, n_heads=4)
+
+
+def test_tiny_moe_unnormalised_gate_default_unchanged_and_replay_still_exact():
+    ids = torch.randint(0, 32, (2, 8), generator=torch.Generator().manual_seed(0))
+    kw = dict(vocab=32, d_model=32, n_layers=2, n_heads=4, n_experts=4, k=2, seed=0)
+    a, b = TinyMoELM(**kw), TinyMoELM(**kw, norm_topk_prob=True)
+    la, ha, ea = a(ids)
+    lb, hb, eb = b(ids)
+    assert torch.equal(la, lb) and torch.equal(ea, eb)              # the default is the renormalised gate
+    c = TinyMoELM(**kw, norm_topk_prob=False)
+    lc, hc, ec = c(ids)
+    assert torch.equal(hc[0], ha[0]) and not torch.allclose(lc, la)    # same first router, other gate
+    lc2, _, ec2 = c(ids, forced_experts=ec)
+    assert torch.equal(ec2, ec) and torch.allclose(lc, lc2)
+    r = routing_mismatch(c, ids)
+    assert r["replay_flip_fraction"] == 0.0
 
 
 def test_routing_mismatch_flipped_tokens_carry_the_gap_and_replay_removes_it():

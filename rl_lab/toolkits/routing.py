@@ -3,15 +3,19 @@
 A Top-K gate picks the K largest router logits h (ties broken towards the lower expert index)
 and mixes the selected experts with a softmax over that set only:
 
-    y = sum_{j in K(h)} softmax_{K(h)}(h)_j E_j(x).
+    y = sum_{j in K(h)} softmax_{K(h)}(h)_j E_j(x),
+
+or, with `norm_topk_prob=False` (softmax first, then Top-K, no renormalisation), with the weights
+softmax(h)_j of the full softmax.
 
 This module holds the pieces chapter 8 and lab 8 use:
 
-* `topk_mask`, `topk_gate`, `soft_gate`: the gates (the Top-K one has a zero gradient for every
-  unselected logit);
+* `topk_mask`, `topk_gate`, `soft_gate`: the gates (the renormalised Top-K gate has a zero gradient
+  for every unselected logit; without renormalisation, `norm_topk_prob=False`, it is -p_u y);
 * `mixture_logprobs`, `kl_along_direction`, `pg_ascent`, `count_switches`: a toy policy whose
   token logits are a gated mixture of fixed expert logit vectors, for the jump, the KL that does not
   vanish across a switching surface, and chattering under exact policy-gradient ascent;
+  `population_kl`: the same KL over many contexts, whose mean is continuous while its max jumps;
 * `TinyMoELM`, `token_logprobs`, `routing_flip_fraction`, `routing_mismatch`: a minimal causal MoE
   language model with an optional `forced_experts` argument (routing replay), run once in float32
   (trainer) and once in bfloat16 (sampler);
@@ -45,16 +49,27 @@ def topk_mask(h: torch.Tensor, k: int) -> torch.Tensor:
     return torch.zeros_like(h, dtype=torch.bool).scatter(-1, order, True)
 
 
-def topk_gate(h: torch.Tensor, k: int, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-K gate: weights (..., N) = softmax over the selected set of h / temperature, 0 elsewhere.
+def topk_gate(h: torch.Tensor, k: int, temperature: float = 1.0,
+              norm_topk_prob: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-K gate: weights (..., N), 0 off the selected set. Returns (weights, mask).
 
-    Returns (weights, mask). Unselected logits enter through `masked_fill` with a constant, so
-    their gradient is exactly 0 (gradient blackout).
+    norm_topk_prob=True (the default here; what Mixtral always does): softmax of h / temperature
+    over the selected set only. Unselected logits enter through `masked_fill` with a constant, so their
+    gradient is exactly 0 (gradient blackout).
+
+    norm_topk_prob=False (the default of `transformers`' Qwen2MoeConfig, whose flag this is): softmax of
+    h / temperature over *all* N experts, then the unselected weights set to 0; the selected
+    weights sum to less than 1. An unselected logit h_u still sits in the softmax's normaliser, so
+    d y / d h_u = -p_u y / temperature for any output y = sum_j w_j E_j: not zero, but the same
+    direction -y for every unselected u and independent of what expert u would have computed.
     """
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0; got {temperature}")
     mask = topk_mask(h, k)                                                  # (..., N)
-    weights = torch.softmax((h / temperature).masked_fill(~mask, float("-inf")), dim=-1)
+    if norm_topk_prob:
+        weights = torch.softmax((h / temperature).masked_fill(~mask, float("-inf")), dim=-1)
+    else:
+        weights = torch.softmax(h / temperature, dim=-1) * mask             # (..., N), sum < 1
     return weights, mask
 
 
@@ -69,21 +84,21 @@ def soft_gate(h: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
 
 
 def mixture_logprobs(h: torch.Tensor, expert_logits: torch.Tensor, k: int | None,
-                     temperature: float = 1.0) -> torch.Tensor:
+                     temperature: float = 1.0, norm_topk_prob: bool = True) -> torch.Tensor:
     """log pi(.) of a policy whose token logits are a gated mixture of expert logit vectors.
 
     h: router logits (..., N); expert_logits: (N, V). k=None uses the dense softmax gate,
-    otherwise the Top-K gate. Returns log-probabilities (..., V).
+    otherwise the Top-K gate (`norm_topk_prob` as in `topk_gate`). Returns log-probabilities (..., V).
     """
     if expert_logits.ndim != 2 or expert_logits.shape[0] != h.shape[-1]:
         raise ValueError(f"expert_logits must be (N, V) with N = h.shape[-1] = {h.shape[-1]}; "
                          f"got {tuple(expert_logits.shape)}")
-    g = soft_gate(h, temperature) if k is None else topk_gate(h, k, temperature)[0]   # (..., N)
+    g = soft_gate(h, temperature) if k is None else topk_gate(h, k, temperature, norm_topk_prob)[0]   # (..., N)
     return torch.log_softmax(g @ expert_logits, dim=-1)                                  # (..., V)
 
 
 def kl_along_direction(h: torch.Tensor, v: torch.Tensor, eps, expert_logits: torch.Tensor,
-                       k: int | None) -> torch.Tensor:
+                       k: int | None, norm_topk_prob: bool = True) -> torch.Tensor:
     """KL(pi_h || pi_{h + eps v}) for each eps, with the mixture policy of `mixture_logprobs`.
 
     h, v: (N,); eps: a 1-D sequence of step sizes. Returns KL values (len(eps),).
@@ -91,9 +106,33 @@ def kl_along_direction(h: torch.Tensor, v: torch.Tensor, eps, expert_logits: tor
     eps = torch.as_tensor(eps, dtype=h.dtype)
     if h.ndim != 1 or v.shape != h.shape or eps.ndim != 1:
         raise ValueError("kl_along_direction needs h and v of shape (N,) and a 1-D eps")
-    logp = mixture_logprobs(h, expert_logits, k)                              # (V,)
-    logq = mixture_logprobs(h[None] + eps[:, None] * v[None], expert_logits, k)   # (E, V)
+    logp = mixture_logprobs(h, expert_logits, k, norm_topk_prob=norm_topk_prob)               # (V,)
+    logq = mixture_logprobs(h[None] + eps[:, None] * v[None], expert_logits, k,
+                            norm_topk_prob=norm_topk_prob)                                    # (E, V)
     return (logp.exp() * (logp - logq)).sum(-1)
+
+
+def population_kl(h: torch.Tensor, v: torch.Tensor, eps, expert_logits: torch.Tensor, k: int | None,
+                  norm_topk_prob: bool = True) -> dict:
+    """Per-context KL(pi_{h_c} || pi_{h_c + eps v_c}) over many contexts c, for each eps.
+
+    h, v: (M, N) router logits of M contexts and the direction in which each moves (a parameter
+    step moves every context's logits, each by its own amount). Returns numpy arrays over eps:
+    mean (the population KL), max (the worst sampled context), switched (fraction of contexts
+    whose Top-K set changed; 0 for the dense gate) and kl (len(eps), M).
+    """
+    eps = torch.as_tensor(eps, dtype=h.dtype)
+    if h.ndim != 2 or v.shape != h.shape or eps.ndim != 1:
+        raise ValueError("population_kl needs h and v of shape (M, N) and a 1-D eps")
+    logp = mixture_logprobs(h, expert_logits, k, norm_topk_prob=norm_topk_prob)               # (M, V)
+    kls, switched = [], []
+    for e in eps:
+        moved = h + e * v
+        logq = mixture_logprobs(moved, expert_logits, k, norm_topk_prob=norm_topk_prob)       # (M, V)
+        kls.append((logp.exp() * (logp - logq)).sum(-1))
+        switched.append(0.0 if k is None else (topk_mask(moved, k) != topk_mask(h, k)).any(-1).double().mean().item())
+    kl = torch.stack(kls).numpy()
+    return {"mean": kl.mean(1), "max": kl.max(1), "switched": np.array(switched), "kl": kl}
 
 
 def pg_ascent(theta0, router_matrix: torch.Tensor, router_offset: torch.Tensor, expert_logits: torch.Tensor,
@@ -136,6 +175,7 @@ class TinyMoELM(nn.Module):
     """Minimal causal MoE transformer: token + position embeddings, `n_layers` pre-norm blocks
     (causal scaled-dot-product attention, then an MoE MLP of `n_experts` experts with a Top-K
     router), a final RMS norm and a head tied to the embedding. Random init from `seed`.
+    `norm_topk_prob` chooses the gate as in `topk_gate` (True: softmax over the selected set).
 
     Experts are computed densely and mixed with the gate weights (cheap at this size; the result
     equals the sparse computation because unselected experts get weight exactly 0).
@@ -143,13 +183,14 @@ class TinyMoELM(nn.Module):
 
     def __init__(self, vocab: int = 64, d_model: int = 64, n_layers: int = 2, n_heads: int = 4,
                  n_experts: int = 8, k: int = 2, d_ff: int = 128, max_len: int = 64, seed: int = 0,
-                 init_scale: float = 1.0):
+                 init_scale: float = 1.0, norm_topk_prob: bool = True):
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
         if not 1 <= k <= n_experts:
             raise ValueError(f"need 1 <= k <= n_experts; got k={k}, n_experts={n_experts}")
         self.k, self.n_heads, self.n_experts = k, n_heads, n_experts
+        self.norm_topk_prob = norm_topk_prob
         g = torch.Generator().manual_seed(seed)
 
         def rnd(*shape, fan_in):
@@ -168,7 +209,7 @@ class TinyMoELM(nn.Module):
 
     def forward(self, ids: torch.Tensor, forced_experts: torch.Tensor | None = None):
         """ids (B, T). forced_experts (L, B, T, K) replaces each layer's Top-K choice (routing replay;
-        the gate weights are still the softmax of this model's own router logits over the forced set).
+        the gate weights are still computed from this model's own router logits, for the forced set).
 
         Returns logits (B, T, V) in float32, router logits (L, B, T, N) and experts (L, B, T, K)
         (sorted expert indices actually used).
@@ -192,7 +233,10 @@ class TinyMoELM(nn.Module):
                 mask = topk_mask(h, self.k)
             else:
                 mask = torch.zeros_like(h, dtype=torch.bool).scatter(-1, forced_experts[layer], True)
-            gate = torch.softmax(h.masked_fill(~mask, float("-inf")), dim=-1)     # (B, T, N)
+            if self.norm_topk_prob:
+                gate = torch.softmax(h.masked_fill(~mask, float("-inf")), dim=-1)     # (B, T, N)
+            else:
+                gate = torch.softmax(h, dim=-1) * mask                           # (B, T, N), sum < 1
             hid = F.gelu(torch.einsum("btd,ndf->btnf", z, blk.w1))              # (B, T, N, F)
             out = torch.einsum("btnf,nfd->btnd", hid, blk.w2)                   # (B, T, N, D)
             x = x + (gate.unsqueeze(-1) * out).sum(-2)
