@@ -146,8 +146,13 @@ def bernoulli_kl_bits(p, q) -> np.ndarray:
 
 
 def run_ceiling_bits(episodes, reward_entropy) -> float:
-    """The most a run with a pass/fail reward could have learned, in bits: the integral over
-    episodes of the per-episode ceiling h(p) at the policy of the time (trapezoid rule).
+    """Integral over episodes of the pass/fail reward's sampling entropy h(p), p the policy's
+    success rate at the time (trapezoid rule), in bits.
+
+    This is the total entropy of the reward signal a run received, not Theorem 1's ceiling:
+    that is H(Adv | tau, history), which conditions on the sampled completion and measures the
+    learner's predictive uncertainty about the reward function.  The two agree only under the
+    assumption that the learner's prediction of each episode's outcome is the success rate p.
 
     episodes: (K,) increasing episode counts at which the policy was evaluated (start at 0);
     reward_entropy: (K,) mean binary entropy of the success probability there."""
@@ -249,8 +254,9 @@ def train_adapter_run(config, rank: int | None, task=None, reward_funcs=None, lr
 
     Every `eval_every` steps (and at the end) the exact success probability
     pi(answer + <eos> | prompt), averaged over `eval_examples`, is recorded as `success`
-    (teacher forcing: no sampling noise), with `reward_entropy` = mean h(p(x)), the bits a
-    pass/fail reward can carry per episode at that point; `df.attrs` holds `success_start`,
+    (teacher forcing: no sampling noise), with `reward_entropy` = mean h(p(x)), the sampling
+    entropy of a pass/fail reward per episode at that point (not Theorem 1's ceiling, which needs
+    the learner's predictive uncertainty, see `run_ceiling_bits`); `df.attrs` holds `success_start`,
     `reward_entropy_start` and the per-prompt probabilities `p_start`, `p_end` (N,).  Returns
     (trainer, metrics DataFrame with `episodes` = prompts x generations
     so far and `trainable` = number of trained parameters).
