@@ -473,3 +473,46 @@ def test_feedback_policy_is_the_same_rule_at_every_horizon():
         assert abs(float(skew[0]) - (0.3 - 1.0)) < 1e-12                    # empty prefix: frequency 0
         ctx = space.offsets[2] + 3                                           # prefix (1, 1)
         assert abs(float(skew[ctx]) - (0.3 + 2.0 * 0.5)) < 1e-12
+
+
+# ------------------------------------------ combined estimators (Part 3, issue 16) ------
+
+@pytest.mark.parametrize("policy_cls", [TabularPolicy, NetworkPolicy])
+def test_combined_estimators_tree_sums_equal_the_literal_sums(policy_cls):
+    """Geo-Mask-Token-TIS and Geo-RS-Seq-TIS: the exact mean and second moment (tree sums with
+    the gate) equal sum_y mu(y) g_hat(y) and sum_y mu(y) ||g_hat(y)||^2 from estimator_weights."""
+    from rl_lab.exact import COMBINED
+    pr = problem(policy_cls, V=3, T=4, mechanism="noise", size=0.6, reward="random")
+    for name in COMBINED:
+        for geo in (1.05, 1.3):
+            est = Estimator(name, C=1.5, baseline=0.2, geo=geo)
+            m = exact_moments(pr, est)
+            mean = torch.zeros_like(m.mean)
+            second = 0.0
+            for k, v in per_sequence_vectors(pr.space, pr.scores, pr.coefficients(est)):
+                mean += (pr.p_mu[k, None] * v).sum(0)
+                second += float((pr.p_mu[k] * v.square().sum(-1)).sum())
+            assert torch.allclose(m.mean, mean, atol=1e-12, rtol=0)
+            assert abs(m.second_moment - second) < 1e-12
+            b = estimator_bounds(pr, est)
+            assert m.bias_norm <= b["bias"] * (1 + 1e-9) and m.var <= b["var"] * (1 + 1e-9)
+
+
+def test_combined_estimators_reduce_to_their_parents_and_never_add_second_moment():
+    """A band wide enough to keep every sequence gives the parent's mean exactly; a gate only
+    removes samples, so the second moment never exceeds the parent's; a band that keeps nothing
+    gives a zero mean."""
+    pr = problem(TabularPolicy, V=2, T=6, mechanism="noise", size=0.8, reward="majority")
+    for name, parent in (("geo_token_tis", "token_tis"), ("geo_seq_tis", "seq_tis")):
+        p = exact_moments(pr, Estimator(parent, C=2.0))
+        wide = exact_moments(pr, Estimator(name, C=2.0, geo=1e6))
+        assert torch.allclose(wide.mean, p.mean, atol=1e-14, rtol=0)
+        for geo in (1.01, 1.1, 1.5):
+            g = exact_moments(pr, Estimator(name, C=2.0, geo=geo))
+            assert g.second_moment <= p.second_moment * (1 + 1e-12)
+        none = exact_moments(pr, Estimator(name, C=2.0, geo=1.0 + 1e-12))
+        assert float(none.mean.abs().max()) < 1e-14 or pr.div.chi2_max == 0
+    with pytest.raises(ConfigError):
+        Estimator("geo_token_tis", C=2.0)                      # the gate needs its band
+    with pytest.raises(ConfigError):
+        Estimator("token_tis", C=2.0, geo=1.1)

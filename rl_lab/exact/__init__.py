@@ -5,8 +5,8 @@ from rl_lab.exact.policies import (NetworkPolicy, TabularPolicy, feedback_policy
 from rl_lab.exact.quantities import (REWARDS, Divergences, chi2, divergences, exact_gradient, kl,
                                      make_reward, objective, sequence_probs, tv)
 from rl_lab.exact.mismatch import MECHANISMS, behaviour_logits
-from rl_lab.exact.estimators import (ESTIMATORS, LABELS, Estimator, ExactProblem, Moments,
-                                     estimator_weights, exact_moments, monte_carlo,
+from rl_lab.exact.estimators import (COMBINED, ESTIMATORS, LABELS, Estimator, ExactProblem, Moments,
+                                     estimator_weights, exact_moments, geo_gate, monte_carlo,
                                      standard_estimators)
 from rl_lab.exact.sga import (best_step, expected_progress, objective_at, per_sequence_estimates,
                               sga_efficiency, sga_terms, smoothness)

@@ -33,7 +33,7 @@ def _token_excess(problem: ExactProblem, est: Estimator) -> torch.Tensor:
     token_tis: sum_a (pi - C mu)_+;  token_mis: pi-mass of tokens with rho outside [C_low, C]."""
     pi, mu = problem.pi_logp.exp(), problem.mu_logp.exp()              # (n_contexts, V)
     rho = torch.where(mu > 0, pi / mu.clamp(min=1e-300), torch.zeros_like(pi))
-    if est.name == "token_tis":
+    if est.name in ("token_tis", "geo_token_tis"):
         per_ctx = torch.where(mu > 0, (pi - est.C * mu).clamp(min=0), torch.zeros_like(pi)).sum(-1)
     else:
         out = (rho > est.C) | (rho < est.lower)
@@ -75,6 +75,18 @@ def estimator_bounds(problem: ExactProblem, est: Estimator) -> dict:
     if name == "seq_mis":
         rejected = float(p_pi[(rho > C) | (rho < est.lower)].sum())  # both sides; includes mu(y) = 0
         return {"bias": K * rejected, "var": K ** 2 * w2, "var_series": K ** 2 * C ** 2}
+    if name in ("geo_token_tis", "geo_seq_tis"):
+        # gate G <= 1 times a truncated weight w: the second moment is at most the parent's, and
+        # the gate removes E_mu[(1 - G) w f], of norm <= sum_t K_t C P_mu(G = 0) (token level) or
+        # <= K E_mu[(1 - G) min(rho, C)] <= K P_pi(G = 0, mu > 0) (sequence level).
+        parent = estimator_bounds(problem, Estimator(name.replace("geo_", ""), C=C, baseline=est.baseline))
+        from rl_lab.exact.estimators import geo_gate
+        out_gate = geo_gate(est, problem.log_rho_seq, T) == 0
+        if name == "geo_token_tis":
+            extra = sum_Kt * C * float(p_mu[out_gate].sum())
+        else:
+            extra = K * float(p_pi[out_gate & (p_mu > 0)].sum())
+        return {"bias": parent["bias"] + extra, "var": parent["var"]}
     geo = torch.where(p_mu > 0, rho, torch.ones_like(rho)) ** (1 / T)
     rejected_mu = float(p_mu[(geo > C) | (geo < est.lower)].sum())   # geo_mask
     return {"bias": 2 * K * div.tv_seq + K * rejected_mu, "var": K ** 2}

@@ -24,6 +24,12 @@ Names, and their verl counterparts (rollout_is / rollout_rs; see Part 2 of the s
   seq_tis    w_t = min(rho(y), C)                     rollout_is="sequence"
   seq_mis    w_t = rho(y) 1{C_low <= rho(y) <= C}     sequence IS + rollout_rs="seq_sum_k1"
   geo_mask   w_t = 1{C_low <= rho(y)^(1/T) <= C}      rollout_rs="seq_mean_k1" (Geo-Mask)
+
+The two combined estimators of Part 3 (not in ESTIMATORS, so not in standard_estimators;
+listed in COMBINED), a geometric gate G(y) = 1{1/geo <= rho(y)^(1/T) <= geo} times a
+truncated weight:
+  geo_token_tis  w_t = G(y) min(rho_t, C)    Geo-Mask-Token-TIS   rollout_is="token" + seq_mean_k1
+  geo_seq_tis    w_t = G(y) min(rho(y), C)   Geo-RS-Seq-TIS       rollout_is="sequence" + seq_mean_k1
 """
 from __future__ import annotations
 
@@ -42,22 +48,30 @@ ESTIMATORS = ("on_policy", "naive", "token_is", "token_tis", "token_mis",
 LABELS = {"on_policy": "on-policy", "naive": "naive", "token_is": "token-IS",
           "token_tis": "token-TIS", "token_mis": "token-MIS", "seq_is": "sequence-IS",
           "seq_tis": "sequence-TIS", "seq_mis": "sequence-MIS", "geo_mask": "geometric mask"}
-_THRESHOLDED = ("token_tis", "token_mis", "seq_tis", "seq_mis", "geo_mask")
+COMBINED = ("geo_token_tis", "geo_seq_tis")
+LABELS.update({"geo_token_tis": "geo-mask x token-TIS", "geo_seq_tis": "geo-mask x sequence-TIS"})
+_THRESHOLDED = ("token_tis", "token_mis", "seq_tis", "seq_mis", "geo_mask") + COMBINED
 
 
 @dataclass(frozen=True)
 class Estimator:
     """name: one of ESTIMATORS; C: truncation level / upper mask bound; C_low: lower mask
-    bound (token_mis, seq_mis: default 0; geo_mask: default 1/C); baseline: b in R - b."""
+    bound (token_mis, seq_mis: default 0; geo_mask: default 1/C); baseline: b in R - b;
+    geo: the geometric gate's band [1/geo, geo] of the combined estimators (COMBINED only)."""
     name: str
     C: float = 2.0
     C_low: float | None = None
     baseline: float = 0.0
+    geo: float | None = None
 
     def __post_init__(self):
-        if self.name not in ESTIMATORS:
+        if self.name not in ESTIMATORS + COMBINED:
             raise ConfigError(f"Estimator.name={self.name!r} is not allowed; "
-                              f"choose one of {list(ESTIMATORS)}")
+                              f"choose one of {list(ESTIMATORS + COMBINED)}")
+        if (self.geo is not None) != (self.name in COMBINED):
+            raise ConfigError(f"Estimator.geo={self.geo!r}: give geo (> 1) exactly for {list(COMBINED)}")
+        if self.geo is not None and not self.geo >= 1:
+            raise ConfigError(f"Estimator.geo={self.geo!r} must be >= 1")
         if not self.C > 0:
             raise ConfigError(f"Estimator.C={self.C!r} must be > 0")
         if self.C_low is not None and not 0 <= self.C_low <= self.C:
@@ -77,11 +91,20 @@ class Estimator:
     def label(self) -> str:
         base = LABELS[self.name]
         if self.name in _THRESHOLDED:
-            base += f"(C={self.C:g})"
+            base += f"(C={self.C:g}" + (f", geo={self.geo:g})" if self.geo is not None else ")")
         return base + (f", b={self.baseline:.3g}" if self.baseline else "")
 
 
-TOKEN_LEVEL = ("token_is", "token_tis", "token_mis")
+TOKEN_LEVEL = ("token_is", "token_tis", "token_mis", "geo_token_tis")
+
+
+def geo_gate(est: Estimator, log_rho_seq: torch.Tensor, T: int) -> torch.Tensor:
+    """(B,) 1{1/geo <= rho(y)^(1/T) <= geo} of a combined estimator; 1 for every other."""
+    if est.geo is None:
+        return torch.ones_like(log_rho_seq)
+    bound = torch.log(torch.tensor(est.geo, dtype=log_rho_seq.dtype))
+    mean = log_rho_seq / T
+    return ((mean >= -bound) & (mean <= bound)).to(log_rho_seq.dtype)
 
 
 def token_weights(est: Estimator, log_rho: torch.Tensor) -> torch.Tensor:
@@ -89,7 +112,7 @@ def token_weights(est: Estimator, log_rho: torch.Tensor) -> torch.Tensor:
     rho = log_rho.exp()
     if est.name == "token_is":
         return rho
-    if est.name == "token_tis":
+    if est.name in ("token_tis", "geo_token_tis"):                  # the gate is applied per sequence
         return rho.clamp(max=est.C)
     return torch.where((rho >= est.lower) & (rho <= est.C), rho, torch.zeros_like(rho))  # token_mis
 
@@ -108,6 +131,8 @@ def sequence_weights(est: Estimator, log_rho_seq: torch.Tensor, T: int) -> torch
         return rho
     if est.name == "seq_tis":
         return rho.clamp(max=C)
+    if est.name == "geo_seq_tis":
+        return geo_gate(est, log_rho_seq, T) * rho.clamp(max=C)
     return torch.where((rho >= lo) & (rho <= C), rho, torch.zeros_like(rho))     # seq_mis
 
 
@@ -115,7 +140,7 @@ def estimator_weights(est: Estimator, log_rho: torch.Tensor) -> torch.Tensor:
     """(B, T) log(pi/mu) of the sampled tokens -> weights: (B, T) for a token-level rule,
     (B, 1) for a sequence-level one.  For on-policy samples every weight is 1."""
     if est.name in TOKEN_LEVEL:
-        return token_weights(est, log_rho)
+        return token_weights(est, log_rho) * geo_gate(est, log_rho.sum(-1), log_rho.shape[-1])[:, None]
     return sequence_weights(est, log_rho.sum(-1), log_rho.shape[-1])[:, None]
 
 
@@ -262,12 +287,13 @@ def exact_moments(problem: ExactProblem, est: Estimator) -> Moments:
     reachable = torch.isfinite(sampler_logp)                          # tokens the sampler can draw
     if est.name in TOKEN_LEVEL:
         w_tab = torch.where(reachable, token_weights(est, problem.log_rho_tab), torch.zeros(1, dtype=DTYPE))
-        W = w_tab * space.subtree_sum(p * adv)                        # (n_contexts, V)
+        gate = geo_gate(est, problem.log_rho_seq, space.T)            # (N,) 0/1, all 1 unless combined
+        W = w_tab * space.subtree_sum(p * adv * gate)                 # (n_contexts, V)
         if problem.tabular:                                           # orthogonal per-token scores
-            second = (w_tab.square() * problem.q_tab * space.subtree_sum(p * adv.square())).sum()
+            second = (w_tab.square() * problem.q_tab * space.subtree_sum(p * adv.square() * gate)).sum()
         else:
             H = space.path_sum(w_tab[..., None] * problem.scores)     # (N, P)
-            second = (p * adv.square() * H.square().sum(-1)).sum()
+            second = (p * gate * adv.square() * H.square().sum(-1)).sum()
     else:
         log_rho = problem.log_rho_seq if est.samples_from == "mu" else torch.zeros_like(p)
         c = adv * sequence_weights(est, log_rho, space.T)             # (N,)
