@@ -7,8 +7,9 @@ import torch
 
 from rl_lab.toolkits.bandits import (
     INDICES, PERTURBATIONS, EnsemblePlusPlus, EnsembleSampling, Greedy, LinearBandit,
-    NeuralBandit, QuadraticBandit, ThompsonSampling, UnitBallBandit, covariance_spectrum,
-    regret_table, run_bandit, unit_noise,
+    NeuralBandit, QuadraticBandit, ThompsonSampling, UnitBallBandit, bootstrap_ratios, covariance_spectrum,
+    ensemble_size_grid, matches_ts, regret_quantiles, regret_table, run_bandit, smallest_matching_M,
+    unit_noise,
 )
 from rl_lab.toolkits.bandits.lm import make_lm_bandit, odd_digit_class
 from rl_lab.toolkits.bandits.neural import NeuralEnsemblePlusPlus, symmetrised_loss
@@ -285,3 +286,55 @@ def test_mismatched_shapes_raise_clear_errors():
     ball.reset(1, torch.Generator().manual_seed(0))
     with pytest.raises(ValueError, match="unit ball"):
         ball.pull(torch.tensor([[3.0, 0.0]], dtype=D64))
+
+
+def test_regret_quantiles_match_numpy():
+    f = np.arange(1.0, 11.0)                          # 1..10
+    q = regret_quantiles(f, (0.5, 0.9))
+    assert q[0.5] == pytest.approx(5.5) and q[0.9] == pytest.approx(9.1)
+    with pytest.raises(ValueError, match="1-d array"):
+        regret_quantiles(np.ones(1))
+
+
+def test_matches_ts_checks_median_and_tail():
+    ts = np.arange(1.0, 101.0)                        # median 50.5, q90 90.1
+    assert matches_ts(1.4 * ts, ts)["matches"]
+    r = matches_ts(1.6 * ts, ts)
+    assert not r["matches"] and r["median_ratio"] == pytest.approx(1.6) and r["tail_ratio"] == pytest.approx(1.6)
+    # a typical run as good as TS but a heavy tail: the median passes, the tail fails
+    tail = ts.copy()
+    tail[-15:] *= 10
+    r = matches_ts(tail, ts)
+    assert r["median_ratio"] == pytest.approx(1.0) and r["tail_ratio"] > 2 and not r["matches"]
+    # the tail factor and quantile are parameters
+    assert matches_ts(tail, ts, tail_quantile=0.8)["matches"]
+    with pytest.raises(ConfigError):
+        matches_ts(ts, ts, tail_quantile=1.0)
+
+
+def test_smallest_matching_M_requires_every_larger_M():
+    assert smallest_matching_M({1: False, 2: True, 4: True}) == 2
+    assert smallest_matching_M({1: True, 2: False, 4: True, 8: True}) == 4
+    assert smallest_matching_M({1: True, 2: True}) == 1
+    assert smallest_matching_M({1: True, 2: False}) == math.inf
+
+
+def test_ensemble_size_grid():
+    assert ensemble_size_grid(10) == [1, 2, 4, 5, 8, 10, 16, 20, 32]
+    assert ensemble_size_grid(80) == [1, 2, 4, 8, 16, 32, 40, 64, 80, 128, 160, 256]
+    assert ensemble_size_grid(1) == [1, 2, 4]
+    with pytest.raises(ConfigError):
+        ensemble_size_grid(0)
+
+
+def test_bootstrap_ratios_are_paired_resamples():
+    ts = np.random.default_rng(0).exponential(size=100) + 1
+    same = bootstrap_ratios(3 * ts, ts, size=24, resamples=200)
+    assert same["median_ratio"].shape == (200,) and np.allclose(same["median_ratio"], 3)
+    assert np.allclose(same["tail_ratio"], 3)                 # paired: a constant factor survives
+    other = np.random.default_rng(1).exponential(size=100) + 1
+    spread = bootstrap_ratios(other, ts, size=24, resamples=2000)["median_ratio"]
+    full = matches_ts(other, ts)["median_ratio"]
+    assert spread.min() < full < spread.max() and spread.std() > 0.02   # centred near the full-sample ratio
+    with pytest.raises(ValueError, match="paired"):
+        bootstrap_ratios(ts[:50], ts, size=10)

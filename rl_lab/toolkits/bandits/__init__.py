@@ -9,7 +9,8 @@ from rl_lab.toolkits.bandits.linear import (
     ThompsonSampling, posterior_step, regress_step, unit_noise,
 )
 from rl_lab.toolkits.bandits.run import (
-    BANDIT_PRESETS, BanditRun, bandit_preset, covariance_spectrum, plot_regret, regret_table, run_bandit,
+    BANDIT_PRESETS, BanditRun, bandit_preset, bootstrap_ratios, covariance_spectrum, ensemble_size_grid, matches_ts, plot_regret, regret_quantiles,
+    regret_table, run_bandit, smallest_matching_M,
 )
 
 __all__ = [
@@ -17,5 +18,5 @@ __all__ = [
     "ENVIRONMENTS", "INDICES", "PERTURBATIONS", "EnsemblePlusPlus", "EnsembleSampling", "Greedy",
     "LinearAgent", "ThompsonSampling", "posterior_step", "regress_step", "unit_noise",
     "BANDIT_PRESETS", "BanditRun", "bandit_preset", "covariance_spectrum", "plot_regret",
-    "regret_table", "run_bandit",
+    "regret_table", "run_bandit", "bootstrap_ratios", "ensemble_size_grid", "matches_ts", "regret_quantiles", "smallest_matching_M",
 ]

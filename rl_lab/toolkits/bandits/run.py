@@ -135,6 +135,64 @@ def regret_table(runs: list[BanditRun]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def ensemble_size_grid(d: int) -> list[int]:
+    """The ensemble sizes of chapter 11's dimension study: powers of two up to 4d, plus d/2,
+    d and 2d (sorted, distinct)."""
+    if not isinstance(d, int) or d < 1:
+        raise ConfigError(f"ensemble_size_grid: d={d!r} must be an integer >= 1")
+    grid = {2 ** k for k in range(int(math.log2(4 * d)) + 1)} | {max(1, d // 2), d, 2 * d}
+    return sorted(grid)
+
+
+def regret_quantiles(final, quantiles=(0.5, 0.9)) -> dict[float, float]:
+    """Quantiles across seeds of final cumulative regrets (S,) -> {q: value} (numpy's default,
+    linear interpolation).  Exploration failures are rare and expensive, so the upper
+    quantiles, not the mean alone, say whether an agent fails on some seeds."""
+    f = np.asarray(final, dtype=float)
+    if f.ndim != 1 or len(f) < 2:
+        raise ValueError(f"regret_quantiles expects a 1-d array of >= 2 seeds, got shape {f.shape}")
+    return {float(q): float(np.quantile(f, q)) for q in quantiles}
+
+
+def matches_ts(final, ts_final, median_factor: float = 1.5, tail_quantile: float = 0.9,
+               tail_factor: float = 2.0) -> dict:
+    """Chapter 11's criterion: an agent *matches TS* if, over the same seeds, its median final
+    regret is at most `median_factor` times TS's and its `tail_quantile` quantile at most
+    `tail_factor` times TS's.  Returns the two ratios and the verdict."""
+    if not (median_factor > 0 and tail_factor > 0 and 0.5 < tail_quantile < 1):
+        raise ConfigError(f"matches_ts: need factors > 0 and 0.5 < tail_quantile < 1, got "
+                          f"{median_factor}, {tail_factor}, {tail_quantile}")
+    a, b = regret_quantiles(final, (0.5, tail_quantile)), regret_quantiles(ts_final, (0.5, tail_quantile))
+    median_ratio, tail_ratio = a[0.5] / b[0.5], a[tail_quantile] / b[tail_quantile]
+    return {"median_ratio": median_ratio, "tail_ratio": tail_ratio,
+            "matches": bool(median_ratio <= median_factor and tail_ratio <= tail_factor)}
+
+
+def bootstrap_ratios(final, ts_final, size: int, resamples: int = 2000, seed: int = 0,
+                     tail_quantile: float = 0.9) -> dict[str, np.ndarray]:
+    """The seed spread of `matches_ts`'s two ratios for a run of `size` seeds: draw `size`
+    seeds with replacement from paired arrays (S,) (same seeds, common random numbers), and
+    recompute the median and tail ratios, `resamples` times -> {"median_ratio": (resamples,),
+    "tail_ratio": (resamples,)}.  A fresh run of `size` seeds should land inside this spread."""
+    f, ts = np.asarray(final, dtype=float), np.asarray(ts_final, dtype=float)
+    if f.shape != ts.shape or f.ndim != 1:
+        raise ValueError(f"bootstrap_ratios: paired 1-d arrays needed, got {f.shape} and {ts.shape}")
+    idx = np.random.default_rng(seed).integers(0, len(f), size=(resamples, size))
+    a, b = f[idx], ts[idx]
+    return {"median_ratio": np.median(a, 1) / np.median(b, 1),
+            "tail_ratio": np.quantile(a, tail_quantile, axis=1) / np.quantile(b, tail_quantile, axis=1)}
+
+
+def smallest_matching_M(matches: dict[int, bool]) -> float:
+    """The smallest ensemble size M in the grid such that M and every larger M in the grid
+    match ({M: verdict}); math.inf if the largest M does not."""
+    Ms = sorted(matches)
+    for i, M in enumerate(Ms):
+        if all(matches[m] for m in Ms[i:]):
+            return M
+    return math.inf
+
+
 def plot_regret(runs: list[BanditRun], ax=None, title: str | None = None):
     """Cumulative regret, mean +- one standard error over seeds, one line per run."""
     import matplotlib.pyplot as plt
