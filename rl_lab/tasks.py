@@ -106,6 +106,13 @@ def _digit_match(pred: str, target: str) -> float:
     return hits / max(len(pred), len(target))
 
 
+def sample_sum(rng: np.random.Generator, digits: int) -> dict:
+    """Two operands of exactly `digits` digits (0-9 for one digit): {"prompt": "a+b=", "answer": "a+b"}."""
+    lo, hi = 10 ** (digits - 1) if digits > 1 else 0, 10 ** digits
+    a, b = int(rng.integers(lo, hi)), int(rng.integers(lo, hi))
+    return {"prompt": f"{a}+{b}=", "answer": str(a + b)}
+
+
 @dataclass
 class Addition(Task):
     """"37+45=" -> "82".  Knob: `digits` per operand."""
@@ -119,9 +126,7 @@ class Addition(Task):
             raise ValueError(f"reward_mode={self.reward_mode!r}: choose 'exact' or 'partial'")
 
     def sample(self, rng):
-        lo, hi = 10 ** (self.digits - 1) if self.digits > 1 else 0, 10 ** self.digits
-        a, b = int(rng.integers(lo, hi)), int(rng.integers(lo, hi))
-        return {"prompt": f"{a}+{b}=", "answer": str(a + b)}
+        return sample_sum(rng, self.digits)
 
     @property
     def max_answer_length(self):
@@ -263,9 +268,7 @@ class ScratchpadAddition(Task):
             raise ValueError(f"reward_mode={self.reward_mode!r}: ScratchpadAddition supports only 'exact'")
 
     def sample(self, rng):
-        lo, hi = 10 ** (self.digits - 1) if self.digits > 1 else 0, 10 ** self.digits
-        a, b = int(rng.integers(lo, hi)), int(rng.integers(lo, hi))
-        return {"prompt": f"{a}+{b}=", "answer": str(a + b)}
+        return sample_sum(rng, self.digits)
 
     @staticmethod
     def scratchpad(a: int, b: int) -> str:

@@ -25,21 +25,24 @@ import torch
 from rl_lab.exact.space import SequenceSpace
 
 
-def q_values(space: SequenceSpace, logp: torch.Tensor, reward: torch.Tensor) -> torch.Tensor:
-    """(n_contexts, V) log pi(a | c), (N,) terminal reward -> (n_contexts, V) Q(c, a): the expected
-    reward of the sequences through node c + a, under pi from there on."""
-    _, seq_p = space.prefix_probs(logp)                                # (N,)
+def _q_from(space: SequenceSpace, seq_p: torch.Tensor, reward: torch.Tensor) -> torch.Tensor:
     mass = space.subtree_sum(seq_p)                                    # (n_contexts, V) P(reach c + a)
     return space.subtree_sum(seq_p * reward) / mass
 
 
+def q_values(space: SequenceSpace, logp: torch.Tensor, reward: torch.Tensor) -> torch.Tensor:
+    """(n_contexts, V) log pi(a | c), (N,) terminal reward -> (n_contexts, V) Q(c, a): the expected
+    reward of the sequences through node c + a, under pi from there on."""
+    return _q_from(space, space.prefix_probs(logp)[1], reward)
+
+
 def policy_variance(space: SequenceSpace, logp: torch.Tensor, reward: torch.Tensor):
     """-> (V(c) (n_contexts,), sigma2(c) (n_contexts,), d(c) (n_contexts,) reach probabilities)."""
-    q = q_values(space, logp, reward)                                  # (n_contexts, V)
+    reach, seq_p = space.prefix_probs(logp)                            # (n_contexts,), (N,)
+    q = _q_from(space, seq_p, reward)                                  # (n_contexts, V)
     p = logp.exp()
     value = (p * q).sum(-1)                                            # (n_contexts,)
     sigma2 = (p * (q - value[:, None]) ** 2).sum(-1)                   # (n_contexts,)
-    reach, _ = space.prefix_probs(logp)                                # (n_contexts,)
     return value, sigma2, reach
 
 
