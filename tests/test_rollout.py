@@ -195,3 +195,37 @@ def test_static_decoder_declines_what_it_does_not_implement(fresh_tiny):
         StaticDecoder(model, 2, 8)
     model.config.use_sliding_window = False
     assert not supports(torch.nn.Linear(2, 2)) and supports(model)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_static_decoder_attends_over_the_filled_blocks_only_with_the_same_logits(fresh_tiny, dtype):
+    """A step attends over the filled cache positions rounded up to `key_block` (its cost grows with
+    the length so far, not with the cache size); the logits equal those of attending over the whole
+    cache at every step, to float rounding, over 90 steps that cross several block edges."""
+    from rl_lab.engines.fast_decode import StaticDecoder
+
+    model, tok = fresh_tiny
+    model = model.to(dtype)
+    B, P, T = 3, 4, 90
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(1, len(tok), (B, P), generator=g)
+    ids[1, 0] = 0                                                          # one left-padded row
+    mask = (ids != 0).long()
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    blocked, whole = StaticDecoder(model, B, P + T, key_block=8), StaticDecoder(model, B, P + T, key_block=P + T)
+    calls = []
+    import rl_lab.engines.fast_decode as fd
+    real = fd.decode_step
+    fd.decode_step = lambda w, k, v, key_ok, *a: calls.append(key_ok.shape[1]) or real(w, k, v, key_ok, *a)
+    try:
+        a, b = blocked.prefill(ids, mask, pos), whole.prefill(ids, mask, pos)
+        worst = 0.0
+        for t in range(T):
+            tokens = torch.randint(1, len(tok), (B,), generator=g)
+            a, b = blocked.step(tokens, pos[:, -1] + 1 + t), whole.step(tokens, pos[:, -1] + 1 + t)
+            worst = max(worst, (a.float().log_softmax(-1) - b.float().log_softmax(-1)).abs().max().item())
+    finally:
+        fd.decode_step = real
+    assert worst < (1e-5 if dtype == torch.float32 else 0.05), worst
+    assert calls[:2 * 5:2] == [8, 8, 8, 8, 16]               # P=4 filled: steps 0-3 see 8 keys, step 4 sees 16
+    assert calls[-2] == P + T and all(c == P + T for c in calls[1::2])   # capped at the cache; whole: always S

@@ -5,9 +5,10 @@ cache objects, output dataclasses, keyword plumbing) than in arithmetic, and sam
 once per generated token.  `StaticDecoder` runs the same weights of the same model -- embedding,
 RMSNorms, q/k/v/o projections, rotary embedding, MLP, lm_head -- with the same attention math
 on a key/value cache preallocated for prompt + completion.  A decode step is one pure function,
-`decode_step`, whose tensors keep their shapes from the first token to the last: it attends over
-the whole cache under a key mask (the positions not yet written are masked), so no slice of the
-cache is ever copied, and the step is the model's own operations and little else.  The weights
+`decode_step`: it attends over the filled part of the cache, rounded up to a block of
+`KEY_BLOCK` positions, under a key mask (the positions not yet written are masked), through views
+of the cache (no slice is ever copied), so a step costs the current length, not the cache size, and
+a step's tensors keep their shapes for `KEY_BLOCK` steps at a time.  The weights
 are the model's, read when the decoder is built: a synced, quantised or stale sampler copy is
 used as it is.  `supports(model)` says when it applies; `HFEngine` falls back to the Hugging Face
 forward otherwise.  tests/test_rollout.py checks it against that forward (log-probs to 1e-5,
@@ -28,6 +29,11 @@ import torch
 import torch.nn.functional as F
 
 SUPPORTED = ("qwen2", "llama")
+KEY_BLOCK = 64
+"""A decode step attends over the first ceil((filled + 1) / KEY_BLOCK) * KEY_BLOCK cache positions
+(at most the cache size): attention costs the length so far, as in a growing cache, while shapes
+change only once per block.  Masked positions add exp(-inf) = 0, so the block size changes the
+log-probs only in float rounding (tests/test_rollout.py)."""
 
 
 def supports(model) -> bool:
@@ -161,9 +167,10 @@ def _logits(w: Weights, h):
 
 def decode_step(w: Weights, k_cache, v_cache, key_ok, index, tokens, positions):
     """One new token per row, written at cache position `index`, attending to every cache
-    position that `key_ok` allows.  Every tensor keeps its shape from step to step.
+    position that `key_ok` allows.  The keys are the first S positions of the cache, S =
+    key_ok.shape[1] (a view: pass `key_ok[:, :S]` to attend over a prefix that holds `index`).
 
-    k_cache, v_cache: (L, B, Hkv, S, D), written in place; key_ok: (B, S) bool, True = a key
+    k_cache, v_cache: (L, B, Hkv, S_max, D), written in place; key_ok: (B, S) bool, True = a key
     to attend to (position `index` included); index: (1,) long; tokens, positions: (B,)
     -> (B, V) next-token logits."""
     B, S = key_ok.shape
@@ -176,13 +183,13 @@ def decode_step(w: Weights, k_cache, v_cache, key_ok, index, tokens, positions):
     cos, sin = w.cos[positions][:, None], w.sin_signed[positions][:, None]  # (B, 1, D)
     for i, layer in enumerate(w.layers):
         qs, ks, vs = _project_qkv(w, layer, h, cos, sin)                  # (B, H|Hkv, D)
-        keys, values = k_cache[i], v_cache[i]                             # (B, Hkv, S, D)
-        keys.index_copy_(2, index, ks[:, :, None])
-        values.index_copy_(2, index, vs[:, :, None])
+        k_cache[i].index_copy_(2, index, ks[:, :, None])
+        v_cache[i].index_copy_(2, index, vs[:, :, None])
+        keys, values = k_cache[i, :, :, :S], v_cache[i, :, :, :S]         # (B, Hkv, S, D) views
         if fp32:  # plain softmax attention (on a CPU faster than the fused kernel for one query
             # row per head), a KV head's G query heads as the rows of one small matrix product
             qs = qs.reshape(B * Hkv, G, D)
-            keys, values = keys.view(B * Hkv, S, D), values.view(B * Hkv, S, D)
+            keys, values = keys.flatten(0, 1), values.flatten(0, 1)       # (B Hkv, S, D), no copy
             scores = torch.baddbmm(bias, qs, keys.transpose(1, 2), alpha=w.scale)  # (B Hkv, G, S)
             out = torch.bmm(scores.softmax(-1), values)                   # (B Hkv, G, D)
         else:  # low precision: the fused kernel's fp32 accumulation, as the HF forward
@@ -213,9 +220,11 @@ def prefill_forward(w: Weights, k_cache, v_cache, ids, positions, mask, repeats:
 
 
 class StaticDecoder:
-    """Prefill + one-token steps on a preallocated cache of shape (L, B, Hkv, max_len, D)."""
+    """Prefill + one-token steps on a preallocated cache of shape (L, B, Hkv, max_len, D).
+    key_block: a step attends over the filled positions rounded up to this many (`KEY_BLOCK`);
+    key_block >= max_len attends over the whole cache at every step."""
 
-    def __init__(self, model, batch_size: int, max_len: int):
+    def __init__(self, model, batch_size: int, max_len: int, key_block: int = KEY_BLOCK):
         if not supports(model):
             raise ValueError(f"StaticDecoder supports {SUPPORTED} models without sliding window; "
                              f"got model_type={getattr(model.config, 'model_type', None)!r}")
@@ -226,6 +235,9 @@ class StaticDecoder:
         self.key_ok = torch.zeros(batch_size, max_len, dtype=torch.bool, device=w.embed.device)  # (B, S)
         self.indices = torch.arange(max_len, device=w.embed.device)[:, None]  # (S, 1): row t is index t
         self.length = 0                                                   # cache positions filled
+        if key_block < 1:
+            raise ValueError(f"StaticDecoder: key_block={key_block} must be >= 1")
+        self.key_block = key_block
 
     @torch.no_grad()
     def prefill(self, prompt_ids, prompt_mask, positions, repeats: int = 1):
@@ -250,7 +262,8 @@ class StaticDecoder:
         if self.length >= self.k.shape[3]:
             raise ValueError(f"StaticDecoder: the cache holds {self.k.shape[3]} positions; all are written")
         self.key_ok[:, self.length] = True
-        logits = decode_step(self.weights, self.k, self.v, self.key_ok, self.indices[self.length],
-                             tokens, positions)
+        n_keys = min(self.k.shape[3], -(-(self.length + 1) // self.key_block) * self.key_block)
+        logits = decode_step(self.weights, self.k, self.v, self.key_ok[:, :n_keys],
+                             self.indices[self.length], tokens, positions)
         self.length += 1
         return logits
