@@ -1,0 +1,14 @@
+"""Tools for multi-turn episodes, and the sandbox that keeps them harmless.
+
+  result       ToolResult: the text the model reads and how the call ended
+  calculator   arithmetic parsed with `ast`, with limits; never `eval`
+  python_tool  model-written Python in a separate, limited process (what is enforced: its docstring)
+  registry     tools by name; `run_tool` turns a tool's exception into an error result
+"""
+from rl_lab.agents.calculator import CalculatorLimits, calculator
+from rl_lab.agents.python_tool import SandboxLimits, run_python, sandbox_guarantees
+from rl_lab.agents.registry import TOOLS, get_tool, register_tool, run_tool
+from rl_lab.agents.result import ToolResult
+
+__all__ = ["CalculatorLimits", "SandboxLimits", "TOOLS", "ToolResult", "calculator", "get_tool", "register_tool",
+           "run_python", "run_tool", "sandbox_guarantees"]

@@ -1,0 +1,242 @@
+"""The tool sandbox (rl_lab.agents): the calculator refuses what it cannot bound, and the Python
+tool's bad inputs end as tool errors with nothing outside its temporary folder changed and no
+process left behind."""
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from rl_lab.agents import (CalculatorLimits, SandboxLimits, ToolResult, calculator, get_tool, register_tool,
+                           run_python, run_tool, sandbox_guarantees)
+from rl_lab.agents.registry import TOOLS
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux")
+
+
+# ---------------------------------------------------------------- calculator
+@pytest.mark.parametrize("expression, value", [
+    ("2*(3+4)", "14"), ("7/2", "3.5"), ("12/4", "3"), ("7//2", "3"), ("-7 % 3", "2"), ("2**10", "1024"),
+    ("-(-3)", "3"), ("1.5*4", "6"), ("3 × 4 − 2 ÷ 2", "11"), ("1/3", "0.333333333333"), ("2**-1", "0.5"),
+    ("1_000 + 1", "1001"), (" 6 ", "6"),
+])
+def test_calculator_computes_arithmetic(expression, value):
+    result = calculator(expression)
+    assert result == ToolResult(value, "ok", result.seconds), result
+
+
+@pytest.mark.parametrize("expression, message", [
+    ("9**9**9", "exponent"), ("10**59 * 10**59", "too large"), ("2**64**2", "exponent"), ("1e308*10", "too large"),
+    ("1/0", "division by zero"), ("5 % 0", "division by zero"), ("0**-1", "division by zero"),
+    ("(-8)**(1/3)", "fractional power"), ("__import__('os').remove('x')", "unsupported syntax: Call"),
+    ("x + 1", "unsupported syntax: Name"), ("'a' * 3", "only numbers"), ("True + 1", "only numbers"),
+    ("1j * 2", "only numbers"), ("2 ^ 3", "a ** b"), ("1 < 2", "unsupported syntax: Compare"), ("(1", "cannot parse"),
+    ("", "empty"), ("1+" * 150 + "1", "too long"), ("-" * 30 + "1", "nested too deeply"),
+    ("\udcff\x00ǅ𝕏", "cannot parse"), ("ǅ", "unsupported syntax"), ("\u202e1+1", "cannot parse"),
+])
+def test_calculator_refuses_with_a_message(expression, message):
+    result = calculator(expression)
+    assert result.kind == "error" and result.output.startswith("error: ") and message in result.output, result
+    assert result.seconds < 0.05
+
+
+def test_calculator_limits_are_configurable():
+    assert calculator("2**100").kind == "error"
+    assert calculator("2**100", CalculatorLimits(max_exponent=100, max_digits=40)).output == str(2**100)
+
+
+# ---------------------------------------------------------------- the Python tool
+def live_processes(pgid: int) -> list[int]:
+    """Pids of the processes, zombies excepted, in process group `pgid` (read from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()     # after "pid (comm) ": state, ppid, pgrp, ...
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            found.append(int(entry.name))
+    return found
+
+
+def printed_pid(output: str) -> int:
+    first = output.split()[0]
+    assert first.isdigit(), output
+    return int(first)
+
+
+@pytest.fixture
+def fast():
+    """Limits for these tests: a 1 s timeout, and the sandbox folders in a fresh root
+    (traversable by the sandbox user) that must be empty afterwards: the tool removes its folder
+    whatever the code did."""
+    root = Path(tempfile.mkdtemp(prefix="rl_lab_test_tools_"))
+    root.chmod(0o711)
+    yield SandboxLimits(timeout_s=1.0, temp_root=str(root))
+    left = list(root.iterdir())
+    for p in left:
+        shutil.rmtree(p, ignore_errors=True)
+    root.rmdir()
+    assert not left, f"the sandbox left {left}"
+
+
+@pytest.fixture
+def victim(tmp_path):
+    """A file and folder outside the sandbox that the tests' code tries to damage."""
+    (tmp_path / "keep.txt").write_text("precious")
+    return tmp_path
+
+
+def snapshot(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else None, p.stat().st_mode)
+            for p in sorted(folder.rglob("*"))}
+
+
+def test_python_tool_runs_code_and_returns_its_output(fast):
+    result = run_python("import math\nprint(sum(i * i for i in range(10)), math.gcd(12, 18))", fast)
+    assert result.kind == "ok" and result.output == "285 6\n", result
+    inside = run_python("open('f.txt', 'w').write('hi')\nimport os\nos.mkdir('d')\nos.rename('f.txt', 'd/g.txt')\n"
+                        "print(open('d/g.txt').read(), sorted(os.listdir('.')))", fast)
+    assert inside.kind == "ok" and inside.output == "hi ['d']\n", inside
+
+
+@pytest.mark.parametrize("attack", [
+    "import os\nos.remove({keep!r})",
+    "import os\nos.rename({keep!r}, 'stolen')",
+    "import os\nos.chmod({keep!r}, 0o777)",
+    "open({keep!r}, 'w').write('overwritten')",
+    "open({new!r}, 'w').write('planted')",
+    "import os\nos.mkdir({dir!r} + '/made')",
+    "import os\nos.symlink({keep!r}, 'link')\nopen('link', 'w').write('through a link')",
+    "import os\nos.link({keep!r}, 'hard')\nopen('hard', 'w').write('through a hard link')",
+    "import os\nfd = os.open({dir!r}, os.O_RDONLY)\nos.remove('keep.txt', dir_fd=fd)",
+    "import os\nfd = os.open({dir!r}, os.O_RDONLY)\nos.open('new.txt', os.O_WRONLY | os.O_CREAT, dir_fd=fd)",
+    "import os\nos.chdir({dir!r})\nopen('keep.txt', 'a').write('appended')",
+    "import shutil\nshutil.rmtree({dir!r})",
+    "import ctypes",
+    "import subprocess\nsubprocess.run(['rm', {keep!r}])",
+    "import os\nos.system('rm ' + {keep!r})",
+    "import os\nos.execv('/bin/rm', ['rm', {keep!r}])",
+    "import gc\nprint(len(gc.get_objects()))",
+    "import resource\nresource.setrlimit(resource.RLIMIT_CPU, (100, 100))",
+])
+def test_python_tool_changes_nothing_outside_its_folder(attack, victim, fast):
+    before = snapshot(victim)
+    code = attack.format(keep=str(victim / "keep.txt"), new=str(victim / "new.txt"), dir=str(victim))
+    result = run_python(code, fast)
+    assert result.kind == "error" and ("PermissionError" in result.output or "sandbox" in result.output), result
+    assert snapshot(victim) == before
+
+
+def test_python_tool_cannot_write_to_world_writable_places(fast):
+    """/tmp is writable by the sandbox user too: only the audit hook stops this write."""
+    target = Path(tempfile.gettempdir()) / f"rl_lab_test_planted_{os.getpid()}"
+    result = run_python(f"open({str(target)!r}, 'w').write('x')", fast)
+    assert result.kind == "error" and "outside the working directory" in result.output, result
+    assert not target.exists()
+
+
+def test_python_tool_has_no_network(fast):
+    result = run_python("import socket", fast)
+    assert result.kind == "error" and "not available" in result.output, result
+    if sandbox_guarantees()["network_isolated"]:   # the OS layer alone: no interface is up
+        raw = run_python("print(open('/proc/net/dev').read())", replace(fast, audit_hook=False))
+        interfaces = [line.split(":")[0].strip() for line in raw.output.splitlines() if ":" in line]
+        assert interfaces == ["lo"], raw
+
+
+def test_an_endless_loop_times_out_and_its_process_is_gone(fast):
+    result = run_python("import os\nprint(os.getpid(), flush=True)\nwhile True: pass", replace(fast, timeout_s=0.5))
+    assert result.kind == "timeout" and "timeout" in result.output, result
+    assert 0.5 <= result.seconds < 3
+    assert live_processes(printed_pid(result.output)) == []
+
+
+def test_fork_is_refused_by_the_audit_hook(fast):
+    result = run_python("import os\nwhile True:\n    os.fork()", fast)
+    assert result.kind == "error" and "os.fork is not allowed" in result.output, result
+
+
+def test_a_bounded_fork_bomb_is_stopped_by_the_process_limit_and_cleaned_up(fast):
+    """The OS layer alone (audit hook off): RLIMIT_NPROC refuses forks past the limit, and the
+    children left sleeping are killed with the process group when the tool exits.  Bounded (40
+    forks at most, children sleep then exit) so it cannot hurt a shared machine."""
+    if not sandbox_guarantees()["process_limit"]:
+        pytest.skip("RLIMIT_NPROC does not apply to root and the sandbox cannot switch user here")
+    code = ("import os, time\nkids = []\nprint(os.getpid(), flush=True)\nfor i in range(40):\n"
+            "    try:\n        pid = os.fork()\n    except OSError as e:\n        print('refused', i, flush=True)\n"
+            "        break\n    if pid == 0:\n        time.sleep(20)\n        os._exit(0)\n    kids.append(pid)\n"
+            "print('kids', len(kids))")
+    result = run_python(code, replace(fast, timeout_s=5.0, max_processes=6, audit_hook=False))
+    assert "refused" in result.output, result
+    kids = int(result.output.split("kids")[1].split()[0])
+    assert kids < 40
+    assert live_processes(printed_pid(result.output)) == []
+
+
+def test_ten_megabytes_of_output_are_truncated(fast):
+    result = run_python("print('x' * 10_000_000)", fast)
+    assert result.kind == "truncated" and len(result.output) < fast.max_output_chars + 100, result.kind
+    assert result.output.startswith("x" * 100) and result.output.endswith("[output truncated at 2000 characters]")
+    many = run_python("for i in range(200_000):\n    print(i)", fast)
+    assert many.kind == "truncated" and many.output.startswith("0\n1\n2\n"), many.kind
+
+
+def test_nine_to_the_nine_to_the_nine_is_refused_or_killed(fast):
+    assert calculator("9**9**9").kind == "error"
+    result = run_python("print(9**9**9)", fast)
+    assert result.kind in ("timeout", "error") and result.seconds < 3, result
+    memory = run_python("x = bytearray(10**9)", fast)
+    assert memory.kind == "error" and "MemoryError" in memory.output, memory
+
+
+@pytest.mark.parametrize("code, expected", [
+    ("x = (", "SyntaxError"), ("def f(:\n  pass", "SyntaxError"), ("\tprint(1)\n  print(2)", "Error"),
+    ("raise ValueError('boom')", "ValueError: boom"), ("import sys\nsys.exit(3)", "[exit code 3]"),
+    ("import numpy", "not available"), ("print(undefined_name)", "NameError"),
+])
+def test_bad_programs_end_as_tool_errors(code, expected, fast):
+    result = run_python(code, fast)
+    assert result.kind == "error" and expected in result.output, result
+
+
+@pytest.mark.parametrize("code", ["\udcff\udcfe", "print(1)\x00", "x" * 30_000, b"print(1)"])
+def test_programs_that_cannot_be_passed_are_refused_without_a_process(code, fast):
+    result = run_python(code, fast)
+    assert result.kind == "error" and result.output.startswith("error: ") and result.seconds < 0.05, result
+
+
+def test_unicode_output_and_identifiers_pass_through(fast):
+    result = run_python("ǅ = '\u202e\ufeff𝕏 é'\nprint(ǅ)", fast)
+    assert result.kind == "ok" and result.output == "\u202e\ufeff𝕏 é\n", result
+    garbage = run_python("import sys\nsys.stdout.buffer.write(bytes(range(256)))", fast)
+    assert garbage.kind == "ok" and "\ufffd" in garbage.output     # invalid UTF-8 decoded with replacement
+
+
+# ---------------------------------------------------------------- registry
+def test_registry_finds_tools_and_a_raising_tool_becomes_an_error(monkeypatch):
+    monkeypatch.setitem(TOOLS, "broken", lambda text: 1 / 0)
+    monkeypatch.setitem(TOOLS, "wrong_type", lambda text: "just text")
+    assert run_tool("calculator", "6*7").output == "42"
+    broken = run_tool("broken", "anything")
+    assert broken.kind == "error" and "ZeroDivisionError" in broken.output
+    assert run_tool("wrong_type", "x").kind == "error"
+    with pytest.raises(KeyError, match="registered: .*calculator"):
+        get_tool("no_such_tool")
+    with pytest.raises(ValueError, match="already registered"):
+        register_tool("calculator", calculator)
+    with pytest.raises(ValueError, match="kind="):
+        ToolResult("x", "exploded")
+
+
+def test_the_guarantees_on_this_machine_are_reported():
+    g = sandbox_guarantees()
+    assert set(g) == {"runs_as_other_user", "process_limit", "network_isolated"}
+    if os.geteuid() == 0:   # root: the sandbox switches to `nobody` in its own network namespace
+        assert g["runs_as_other_user"] and g["process_limit"]
