@@ -1,4 +1,4 @@
-"""Command line: `rl-lab train`, `rl-lab plot`, `rl-lab sweep`, `rl-lab warmstart`.
+"""Command line: `rl-lab train`, `rl-lab plot`, `rl-lab sweep`, `rl-lab warmstart`, `rl-lab doctor`.
 
     rl-lab train --task addition --preset smoke --out runs/x
     rl-lab train --config my.yaml --set learning_rate=3e-4 --set sampler_dtype=bfloat16
@@ -6,6 +6,7 @@
     rl-lab train --task addition --out runs/x --overwrite   # delete the run in runs/x, start over
     rl-lab plot runs/x                          # runs/x/metrics.png
     rl-lab sweep grid.yaml --workers 2          # a grid x seeds; one row per run in <out>/results.csv
+    rl-lab doctor                               # is this machine ready for the labs? (exit 1 if not)
 """
 from __future__ import annotations
 
@@ -171,15 +172,28 @@ def main(argv=None) -> int:
     sw.add_argument("--no-progress", action="store_true", help="no progress bar")
     ws = sub.add_parser("warmstart", help="build the warm-start checkpoints (see python -m rl_lab.warmstart -h)")
     ws.add_argument("rest", nargs=argparse.REMAINDER)
+    from rl_lab.integrations.verl_cli import add_export_arguments, add_import_arguments
+    add_export_arguments(sub.add_parser("export", help="write an RLConfig as a verl run: overrides, command, data, "
+                                        "reward, model (see rl_lab.integrations.verl)"))
+    add_import_arguments(sub.add_parser("import-metrics", help="read a verl run's logged metrics into "
+                                        "<out>/metrics.jsonl, under Trainer.metrics() names"))
+    from rl_lab.doctor import add_arguments as add_doctor_arguments
+    add_doctor_arguments(sub.add_parser("doctor", help="check this machine for the labs: Python, torch, "
+                                        "threads, vLLM, one step's time, disk, the Jupyter kernel"))
     args = ap.parse_args(argv)
     try:
         if args.command == "train":
             return cmd_train(args)
         if args.command == "plot":
             return cmd_plot(args)
+        if args.command in ("export", "import-metrics"):
+            return args.run(args)
         if args.command == "sweep":
             from rl_lab.sweep import cmd_sweep
             return cmd_sweep(args)
+        if args.command == "doctor":
+            from rl_lab.doctor import cmd_doctor
+            return cmd_doctor(args)
         from rl_lab.warmstart import main as warmstart_main
         return warmstart_main(args.rest)
     except ConfigError as e:

