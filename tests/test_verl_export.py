@@ -48,6 +48,17 @@ def _cfg(name):
     return RLConfig(**CONFIGS[name])
 
 
+def _pyarrow():
+    """The export writes parquet: skip (or, with RL_LAB_REQUIRE_VERL=1, fail) without pyarrow."""
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError as exc:
+        msg = f"pyarrow is needed to write the parquet data ({exc}): run `bash tools/install_verl.sh`"
+        if REQUIRE:
+            pytest.fail(msg + " (RL_LAB_REQUIRE_VERL=1 makes this a failure)", pytrace=False)
+        pytest.skip(msg)
+
+
 # ----------------------------------------------------------------------------- the table (no verl)
 def test_the_table_covers_every_rlconfig_field_once():
     fields = [f.name for f in dataclasses.fields(RLConfig)]
@@ -65,6 +76,7 @@ def test_the_table_covers_every_rlconfig_field_once():
 
 @pytest.mark.parametrize("name", CONFIGS)
 def test_round_trip_through_the_written_file(name, tmp_path):
+    _pyarrow()
     cfg = _cfg(name)
     export = export_verl(cfg, tmp_path, with_model=False)
     assert config_from_overrides_file(tmp_path / "overrides.yaml") == cfg
@@ -74,6 +86,7 @@ def test_round_trip_through_the_written_file(name, tmp_path):
 
 
 def test_a_changed_verl_key_changes_the_config_read_back(tmp_path):
+    _pyarrow()
     export_verl(RLConfig(), tmp_path, with_model=False)
     flat, local = read_overrides(tmp_path / "overrides.yaml")
     flat["actor_rollout_ref.rollout.n"] = 4
@@ -100,6 +113,15 @@ def test_a_config_verl_cannot_run_is_refused_before_anything_is_written(fields, 
     assert not (tmp_path / "out").exists()
 
 
+def test_a_batch_that_does_not_split_over_the_gpus_is_refused(tmp_path):
+    _pyarrow()
+    with pytest.raises(VerlExportError, match="do not split over 24 GPUs"):
+        export_verl(RLConfig(), tmp_path / "out", VerlCluster(nnodes=3, n_gpus_per_node=8), with_model=False)
+    assert not (tmp_path / "out").exists()
+    export = export_verl(RLConfig(), tmp_path / "ok", VerlCluster(n_gpus_per_node=8), with_model=False)
+    assert export.overrides["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"] == 8   # 64 rows / 8 GPUs
+
+
 def test_every_refusal_is_listed_at_once():
     with pytest.raises(VerlExportError) as info:
         config_overrides(RLConfig(sampler_staleness=1, dvp_min_p=0.1, lr_scheduler_type="linear"))
@@ -116,6 +138,7 @@ def test_hydra_values_keep_strings_strings():
 def test_the_committed_example_is_up_to_date(tmp_path):
     """book/examples/verl_export is what chapter 13 shows: regenerate it with
     `python -m rl_lab.integrations.verl_example` if this fails."""
+    _pyarrow()
     from rl_lab.integrations.verl_example import EXAMPLE_CONFIG, write_example
     out = tmp_path / "book" / "examples" / "verl_export"
     write_example(out, cwd=tmp_path)
@@ -166,16 +189,24 @@ def exported(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", CONFIGS)
-def test_verl_composes_the_exported_command_line_into_its_dataclasses(name, tmp_path):
+@pytest.mark.parametrize("nodes, gpus", [(1, 1), (2, 8)])
+def test_verl_composes_the_exported_command_line_into_its_dataclasses(name, nodes, gpus, tmp_path):
+    """hydra.compose as main_ppo does, then the checks main_ppo runs first (validate_config), then the
+    dataclasses the trainer and workers build."""
     _verl()
     from verl.trainer.config import AlgoConfig
     from verl.trainer.config.algorithm import RolloutCorrectionConfig
-    from verl.utils.config import omega_conf_to_dataclass
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
     from verl.workers.config import FSDPActorConfig, FSDPOptimizerConfig, RolloutConfig
 
     cfg = _cfg(name)
-    export = export_verl(cfg, tmp_path, with_model=False)
+    export = export_verl(cfg, tmp_path, VerlCluster(nnodes=nodes, n_gpus_per_node=gpus), with_model=False)
     composed = compose(command_line_overrides(export.overrides))
+    with pytest.warns(UserWarning, match="Disabled critic"):
+        assert not need_critic(composed)
+    assert need_reference_policy(composed) == (cfg.beta > 0)
+    validate_config(composed, use_reference_policy=cfg.beta > 0, use_critic=False)
     for key, value in export.overrides.items():          # every key landed, with its type
         node = composed
         for part in key.split("."):
@@ -194,6 +225,7 @@ def test_verl_composes_the_exported_command_line_into_its_dataclasses(name, tmp_
     assert (algo.adv_estimator, algo.gamma) == (cfg.advantage_estimator, cfg.gamma)
     actor = omega_conf_to_dataclass(composed.actor_rollout_ref.actor)
     assert isinstance(actor, FSDPActorConfig) and isinstance(actor.optim, FSDPOptimizerConfig)
+    assert actor.calculate_sum_pi_squared == (cfg.advantage_estimator == "optimal_token_baseline")
     assert (actor.clip_ratio_low, actor.ppo_epochs, actor.loss_agg_mode, actor.optim.lr) == (
         cfg.epsilon, cfg.num_iterations, cfg.loss_agg_mode, cfg.learning_rate)
     rollout = omega_conf_to_dataclass(composed.actor_rollout_ref.rollout)
@@ -411,6 +443,7 @@ def test_import_metrics_refuses_a_file_that_is_not_verls(tmp_path):
 
 
 def test_cli_export_and_import_metrics(tmp_path):
+    _pyarrow()
     from rl_lab.cli import main
     from rl_lab.utils import read_metrics
     (tmp_path / "my.yaml").write_text("rollout_is: token\nmax_steps: 20\n")

@@ -160,7 +160,12 @@ VERL_FIELD_MAP: tuple[FieldMap, ...] = (
              "temperature to both sampler and trainer", lambda v: v is None),
     _refused("min_p", "verl 0.9.1's rollout config has no min_p", lambda v: v == 0),
     # --- advantages and loss ------------------------------------------------------------------------
-    _row("advantage_estimator", "algorithm.adv_estimator", "the same names as verl's AdvantageEstimator"),
+    FieldMap("advantage_estimator", _E, ("algorithm.adv_estimator", f"{ACTOR}.calculate_sum_pi_squared"),
+             "the same names as verl's AdvantageEstimator; optimal_token_baseline also turns on the actor's "
+             "sum of pi^2 (verl asserts it at the first step otherwise)",
+             lambda cfg: {"algorithm.adv_estimator": cfg.advantage_estimator,
+                          f"{ACTOR}.calculate_sum_pi_squared": cfg.advantage_estimator == "optimal_token_baseline"},
+             lambda flat: flat["algorithm.adv_estimator"]),
     _row("gamma", "algorithm.gamma", "discount of reinforce_plus_plus's reward-to-go"),
     FieldMap("scale_rewards", _E, ("algorithm.norm_adv_by_std_in_grpo",),
              "group -> true, none -> false; batch has no verl counterpart (refused)",
@@ -324,7 +329,12 @@ class VerlCluster:
 def cluster_overrides(cfg: RLConfig, cluster: VerlCluster, out_dir: str | Path) -> dict[str, Any]:
     """The keys that place the run and point verl at the exported files (not from RLConfig fields)."""
     out = Path(out_dir).resolve()
-    micro = min(cluster.micro_batch_size_per_gpu, cfg.prompts_per_step * cfg.num_generations)
+    rows, gpus = cfg.prompts_per_step * cfg.num_generations, cluster.nnodes * cluster.n_gpus_per_node
+    if rows % gpus:
+        raise VerlExportError(f"prompts_per_step x num_generations = {rows} rows per step do not split over "
+                              f"{gpus} GPUs (verl's validate_config requires it); change prompts_per_step or "
+                              "the GPU count")
+    micro = max(1, min(cluster.micro_batch_size_per_gpu, rows // gpus))   # never more than a GPU's share
     return {
         "data.train_files": str(out / "data" / "train.parquet"),
         "data.val_files": str(out / "data" / "val.parquet"),
@@ -559,6 +569,7 @@ def export_verl(cfg: RLConfig, out_dir: str | Path, cluster: VerlCluster | None 
 
     cluster = cluster or VerlCluster()
     flat = config_overrides(cfg)                           # refuses first, writes nothing on error
+    placed = cluster_overrides(cfg, cluster, out_dir)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     task = get_task(cfg.task, **cfg.task_kwargs)
@@ -578,7 +589,6 @@ def export_verl(cfg: RLConfig, out_dir: str | Path, cluster: VerlCluster | None 
         files.append(out / "model")
     else:
         tok = build_tokenizer()
-    placed = cluster_overrides(cfg, cluster, out)
     placed["data.max_prompt_length"] = max_prompt_tokens(tok, [e["prompt"] for e in train + val])
     if relative_to is not None:
         root = Path(relative_to).resolve()

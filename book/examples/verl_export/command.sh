@@ -34,6 +34,7 @@ python3 -m verl.trainer.main_ppo \
     actor_rollout_ref.rollout.top_k=-1 \
     "actor_rollout_ref.rollout.dtype='bfloat16'" \
     "algorithm.adv_estimator='grpo'" \
+    actor_rollout_ref.actor.calculate_sum_pi_squared=false \
     algorithm.gamma=1.0 \
     algorithm.norm_adv_by_std_in_grpo=true \
     "actor_rollout_ref.actor.policy_loss.loss_mode='vanilla'" \
