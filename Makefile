@@ -10,12 +10,13 @@ export RL_LAB_PRESET ?= smoke
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup vendor book test test-fast labs-ipynb checkpoints check-checkpoints bench clean help
+.PHONY: setup vendor book test test-fast lab labs-ipynb checkpoints check-checkpoints bench clean help
 
 help:
 	@echo "make setup   create .venv and install everything (CPU torch, book, tests, offline assets)"
 	@echo "make book    build the book offline, executing every lab (RL_LAB_PRESET=$(RL_LAB_PRESET))"
 	@echo "make test    unit tests + every lab under pytest --nbval"
+	@echo "make lab     JupyterLab on the labs (localhost:$(LAB_PORT), token auth; LAB_PORT=, LAB_ARGS=)"
 	@echo "make checkpoints        regenerate the shipped warm-start checkpoints and their manifest"
 	@echo "make check-checkpoints  rebuild them in a temporary folder and compare with the manifest"
 	@echo "make bench   the four benchmarks (installs TRL, the peer library, first); see BENCHMARKS.md"
@@ -35,6 +36,18 @@ setup:
 
 vendor:
 	bash tools/vendor_assets.sh
+
+# JupyterLab on the labs: .md labs open as notebooks (jupytext; defaults in tools/jupyterlab/settings),
+# a save writes the .md without outputs (jupytext.toml). Token auth, bound to localhost: from another
+# machine, `ssh -L 8888:localhost:8888 you@host` and open the printed http://127.0.0.1:8888/lab?token=...
+# RL_LAB_PRESET (default smoke) reaches the kernels. tests/test_jupyterlab.py runs lab 1 this way.
+LAB_PORT ?= 8888
+LAB_ARGS ?=
+lab:
+	@test -x $(VENV)/bin/jupyter-lab || { echo "make lab: $(VENV)/bin/jupyter-lab not found: run \`make setup\` (JupyterLab is in the [lab] extra)" >&2; exit 1; }
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/jupyter lab --no-browser --ServerApp.ip=127.0.0.1 \
+	  --ServerApp.port=$(LAB_PORT) --ServerApp.root_dir="$(CURDIR)" --LabApp.default_url=/lab/tree/labs \
+	  --LabApp.app_settings_dir="$(CURDIR)/tools/jupyterlab/settings" $$([ "$$(id -u)" != 0 ] || echo --allow-root) $(LAB_ARGS)
 
 # MyST Markdown labs -> throwaway .ipynb copies for nbval (sources stay output-free).
 labs-ipynb:
