@@ -142,7 +142,7 @@ def test_the_committed_example_is_up_to_date(tmp_path):
     from rl_lab.integrations.verl_example import EXAMPLE_CONFIG, write_example
     out = tmp_path / "book" / "examples" / "verl_export"
     write_example(out, cwd=tmp_path)
-    for name in ("overrides.yaml", "command.sh", "reward.py", "config.yaml", "data_preview.json"):
+    for name in ("overrides.yaml", "command.sh", "reward.py", "config.yaml", "data_preview.json", "mapping.md"):
         assert (out / name).read_text() == (EXAMPLE / name).read_text(), (
             f"book/examples/verl_export/{name} is stale: run `python -m rl_lab.integrations.verl_example`")
     assert config_from_overrides_file(EXAMPLE / "overrides.yaml") == EXAMPLE_CONFIG
@@ -261,8 +261,15 @@ def test_verl_dataset_and_rollout_tokenisation_give_rl_labs_prompt_ids(exported)
     from rl_lab.engines.rollout import HFEngine
     from rl_lab.models import load_model
 
+    from verl.utils import hf_tokenizer
+
+    from rl_lab.tokenizer import CHARACTERS
+
     cfg, export = exported
-    model, tok = load_model(export.out_dir / "model")
+    model, ours_tok = load_model(export.out_dir / "model")      # what rl_lab's engine uses
+    tok = hf_tokenizer(export.overrides["actor_rollout_ref.model.tokenizer_path"])   # what verl loads
+    text = "".join(CHARACTERS) + " 12 + 3 ="                    # every character, spaces kept
+    assert tok(text)["input_ids"] == ours_tok(text)["input_ids"]
     data_cfg = OmegaConf.create({"prompt_key": "prompt", "max_prompt_length": export.overrides["data.max_prompt_length"],
                                  "filter_overlong_prompts": True, "filter_overlong_prompts_workers": 1,
                                  "truncation": "error", "cache_dir": str(export.out_dir / "cache")})

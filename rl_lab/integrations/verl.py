@@ -131,9 +131,9 @@ VERL_FIELD_MAP: tuple[FieldMap, ...] = (
     FieldMap("task", "files", note="data_source of every parquet row; the reward file scores with this task"),
     FieldMap("task_kwargs", "files", note="extra_info.task_kwargs of every row (JSON); the reward file rebuilds "
              "the task from it"),
-    FieldMap("model", "files", ("actor_rollout_ref.model.path",),
-             "resolved (warm start, size preset or path) and saved to <out>/model with a chat template; "
-             "model.path points there"),
+    FieldMap("model", "files", ("actor_rollout_ref.model.path", "actor_rollout_ref.model.tokenizer_path"),
+             "resolved (warm start, size preset or path) and saved to <out>/model; its tokenizer, with a chat "
+             "template, also to <out>/tokenizer, which verl loads"),
     # --- rollout ---------------------------------------------------------------------------------------
     FieldMap("prompts_per_step", _E, ("data.train_batch_size", f"{ACTOR}.ppo_mini_batch_size"),
              "verl counts prompts in both; one mini-batch per batch = one optimizer step per epoch",
@@ -244,6 +244,19 @@ VERL_FIELD_MAP: tuple[FieldMap, ...] = (
 FIELD_ROWS = {row.field: row for row in VERL_FIELD_MAP}
 
 
+def mapping_table_markdown() -> str:
+    """VERL_FIELD_MAP as a Markdown table (chapter 13 includes it from book/examples/verl_export)."""
+    def cell(text: str) -> str:
+        for raw, escaped in (("|", "\\|"), ("*", "\\*"), ("<", "&lt;"), (">", "&gt;")):
+            text = text.replace(raw, escaped)
+        return text
+    lines = ["| `RLConfig` field | what verl gets | verl keys | why / how |", "|---|---|---|---|"]
+    for row in VERL_FIELD_MAP:
+        keys = "<br>".join(f"`{k}`" for k in row.keys) or "--"
+        lines.append(f"| `{row.field}` | {row.status} | {keys} | {cell(row.note)} |")
+    return "\n".join(lines) + "\n"
+
+
 def check_exportable(cfg: RLConfig) -> None:
     """Raise VerlExportError naming every field verl cannot run as set (all of them at once)."""
     problems = []
@@ -342,6 +355,7 @@ def cluster_overrides(cfg: RLConfig, cluster: VerlCluster, out_dir: str | Path) 
         "data.shuffle": False,
         "data.max_prompt_length": None,           # filled in by export_verl from the tokenised prompts
         "actor_rollout_ref.model.path": str(out / "model"),
+        "actor_rollout_ref.model.tokenizer_path": str(out / "tokenizer"),
         "reward.custom_reward_function.path": str(out / "reward.py"),
         "reward.custom_reward_function.name": "compute_score",
         f"{ROLLOUT}.name": cluster.rollout_name,
@@ -526,17 +540,21 @@ def reward_file(task: str, task_kwargs: dict) -> str:
     return REWARD_FILE.format(task=task, task_kwargs=json.dumps(task_kwargs, sort_keys=True))
 
 
-def export_model(cfg: RLConfig, out: Path) -> int:
-    """Save cfg.model (warm start, size preset or path) with its tokenizer and a chat template that
-    renders prompts as rl_lab's engines do.  Returns the model's parameter count."""
+def export_model(cfg: RLConfig, model_dir: Path, tokenizer_dir: Path) -> int:
+    """Save cfg.model (warm start, size preset or path) to model_dir, and its tokenizer with a chat
+    template that renders prompts as rl_lab's engines do to both folders.  verl loads the tokenizer
+    from tokenizer_dir (model.tokenizer_path): a folder without the model's config.json, because
+    AutoTokenizer on a Qwen2 model folder swaps in Qwen2Tokenizer in transformers 5, which drops
+    the spaces rl_lab's character tokenizer keeps.  Returns the model's parameter count."""
     from rl_lab.models import num_parameters, resolve_model
 
     model, tok = resolve_model(cfg.model, cfg.task, seed=cfg.seed)
     probe = tok("1")["input_ids"]
     tok.chat_template = chat_template(adds_bos=tok.bos_token_id is not None and probe[:1] == [tok.bos_token_id])
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(out))
-    tok.save_pretrained(str(out))
+    model_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(model_dir))
+    for folder in (model_dir, tokenizer_dir):
+        tok.save_pretrained(str(folder))
     return num_parameters(model)
 
 
@@ -559,8 +577,8 @@ def export_verl(cfg: RLConfig, out_dir: str | Path, cluster: VerlCluster | None 
       data/train.parquet, data/val.parquet   rl_lab's prompt stream for this seed (max_steps x
                        prompts_per_step rows, in order) and its held-out set, in verl's RL format
       reward.py        compute_score(data_source, solution_str, ground_truth, extra_info=None)
-      model/           the model with its tokenizer and chat template (with_model=False skips it;
-                       model.path then keeps pointing at <out>/model)
+      model/, tokenizer/   the model; its tokenizer with a chat template (with_model=False skips
+                       both; model.path and model.tokenizer_path still point there)
     relative_to: write the paths as `./<path relative to this folder>` instead of absolute ones (a
     committed example run from the repository root).  Refuses an RLConfig verl cannot run
     (VerlExportError, naming the fields) before writing anything."""
@@ -583,10 +601,10 @@ def export_verl(cfg: RLConfig, out_dir: str | Path, cluster: VerlCluster | None 
     (out / "reward.py").write_text(reward_file(cfg.task, cfg.task_kwargs))
     files.append(out / "reward.py")
     if with_model:
-        export_model(cfg, out / "model")
+        export_model(cfg, out / "model", out / "tokenizer")
         from rl_lab.tokenizer import load_tokenizer
         tok = load_tokenizer(out / "model")
-        files.append(out / "model")
+        files += [out / "model", out / "tokenizer"]
     else:
         tok = build_tokenizer()
     placed["data.max_prompt_length"] = max_prompt_tokens(tok, [e["prompt"] for e in train + val])

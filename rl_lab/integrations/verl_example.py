@@ -5,7 +5,8 @@ checks it is up to date).  Regenerate it from the repository root with
 
 It is `rl-lab export verl --config book/examples/verl_export/config.yaml` with paths written relative
 to the repository root, one GPU, and neither the model (a 0.3M warm start: run the export yourself
-to get it) nor the parquet files (binary); data_preview.json shows their first rows instead.
+to get it) nor the parquet files (binary); data_preview.json shows their first rows instead, and
+mapping.md is the field table (VERL_FIELD_MAP) the chapter includes.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ FOLDER = Path("book") / "examples" / "verl_export"
 
 def write_example(out: str | Path = FOLDER, cwd: str | Path = ".") -> Path:
     """Write the example into `out` (paths in it relative to `cwd`, the repository root)."""
-    from rl_lab.integrations.verl import VerlCluster, export_verl
+    from rl_lab.integrations.verl import VerlCluster, export_verl, mapping_table_markdown
 
     out = Path(out)
     shutil.rmtree(out / "data", ignore_errors=True)
@@ -42,6 +43,7 @@ def write_example(out: str | Path = FOLDER, cwd: str | Path = ".") -> Path:
     preview = {split: pq.read_table(out / "data" / f"{split}.parquet").slice(0, 2).to_pylist()
                for split in ("train", "val")}
     (out / "data_preview.json").write_text(json.dumps(preview, indent=2) + "\n")
+    (out / "mapping.md").write_text(mapping_table_markdown())
     shutil.rmtree(out / "data")
     return out
 

@@ -8,6 +8,7 @@ python3 -m verl.trainer.main_ppo \
     data.shuffle=false \
     data.max_prompt_length=7 \
     "actor_rollout_ref.model.path='./book/examples/verl_export/model'" \
+    "actor_rollout_ref.model.tokenizer_path='./book/examples/verl_export/tokenizer'" \
     "reward.custom_reward_function.path='./book/examples/verl_export/reward.py'" \
     "reward.custom_reward_function.name='compute_score'" \
     "actor_rollout_ref.rollout.name='vllm'" \
