@@ -30,7 +30,7 @@ setup:
 	$(PIP) install -q -e ".[dev]"
 	bash tools/install_vllm.sh $(VENV)
 	bash tools/install_verl.sh $(VENV)
-	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3" >/dev/null
 	bash tools/vendor_assets.sh
 	@echo "setup done: activate with  . $(VENV)/bin/activate"
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import difflib
 import json
 import os
 import shlex
@@ -407,6 +408,13 @@ JS_SLIDER_STATE = """(() => {
           img: img ? img.src.length + ':' + img.src.slice(-64) : null};
 })()"""
 
+JS_SAVE = """(async () => {
+  """ + FIND_DOC + """
+  window.jupyterapp.shell.activateById(w.id);
+  await window.jupyterapp.commands.execute('docmanager:save');
+  return {ok: !w.context.model.dirty, dirty: w.context.model.dirty};
+})()"""
+
 JS_FOCUS_HANDLE = """(() => {
   """ + FIND_DOC + """
   const cell = w.content.widgets[%(index)d];
@@ -415,6 +423,28 @@ JS_FOCUS_HANDLE = """(() => {
   handle.focus();
   return document.activeElement === handle;
 })()"""
+
+
+def kernel_display_name() -> str:
+    """The display name of the `python3` kernel JupyterLab starts (it writes it into a saved lab)."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    return KernelSpecManager().get_kernel_spec("python3").display_name
+
+
+def assert_saved_lab_is_the_source(root: Path, state: dict) -> None:
+    """After a save from JupyterLab, the lab's .md is its source (outputs, counts and widget state
+    dropped), but for the kernel's display name in the header, and no other file (no .ipynb) was
+    written next to it (`.ipynb_checkpoints/` aside, which git ignores)."""
+    source = (REPO / LAB).read_text()
+    name = kernel_display_name()
+    expected = source.replace("  display_name: Python 3\n", f"  display_name: {name}\n", 1)
+    written = (root / LAB).read_text()
+    assert written == expected, (
+        f"saving {LAB} from JupyterLab changed more than the kernel name (jupytext.toml?); state {state}:\n"
+        + "".join(difflib.unified_diff(expected.splitlines(True), written.splitlines(True), "source", "saved"))[:3000])
+    others = sorted(p.name for p in (root / "labs").iterdir() if p.name not in {Path(LAB).name, ".ipynb_checkpoints"})
+    assert not others, f"saving {LAB} from JupyterLab wrote {others} next to it"
 
 
 def js(template: str, **values) -> str:
@@ -489,6 +519,10 @@ def test_lab1_runs_in_jupyterlab(chromium, tmp_path):
                     return s; }})()""",
                 f"the slider to move to {before['max']} and the figure to be re-drawn", TIMEOUT_WIDGET_S)
             page.screenshot(ARTIFACTS / "jupyterlab_lab01_widget.png")
+
+            # Save, as a reader (or the autosave) would: the .md must come back without outputs.
+            saved = wait_for(page, js(JS_SAVE), "the lab to be saved", TIMEOUT_WIDGET_S)
+            assert_saved_lab_is_the_source(server.root, saved)
             print(f"\nJupyterLab: server, browser and lab 1 open with a kernel in {open_s:.0f} s, all cells run "
                   f"in {run_s:.0f} s, slider {before['value']} -> {after['value']} and figure re-drawn in "
                   f"{time.monotonic() - t0:.1f} s")
