@@ -231,7 +231,7 @@ class Trainer:
         nonempty = mask.any(-1)                                                          # (B,)
         if cfg.mask_truncated_completions:  # by design, not a fault: not counted under faults/
             mask &= ~batch.is_truncated[:, None]
-        logp, entropy, logp_all = self._logprobs(batch, full=True)                       # (B, T) x2, (B, T, V)
+        logp, entropy, logp_all = self._logprobs(batch, full=True)     # (B, T) x2, (B, T, V) or None
         old_logp = logp.detach()
         outside = mask & torch.isneginf(old_logp) if cfg.dvp_min_p > 0 else torch.zeros_like(mask)
         mask &= ~outside            # DVP: a token outside pi's safe vocabulary leaves the objective
@@ -313,12 +313,24 @@ class Trainer:
             metrics["time/eval"] = time.perf_counter() - t2
         return metrics
 
-    def _logprobs(self, batch: RolloutBatch, full: bool = False):
-        """The trainer's log-probs of the batch's tokens (B, T) [and entropy, (B, T, V) log pi]."""
+    def _needs_full_logprobs(self) -> bool:
+        """Whether a configured estimator reads pi's whole distribution per token: the optimal
+        token baseline (sum_v pi_v^2) and the exact-KL rejection modes.  Otherwise no (B, T, V)
+        tensor outlives the backward pass (the graph holds one, as it must)."""
         cfg = self.config
+        return (cfg.advantage_estimator == "optimal_token_baseline"
+                or (cfg.rollout_rs is not None and "_kl" in cfg.rollout_rs))
+
+    def _logprobs(self, batch: RolloutBatch, full: bool = False):
+        """The trainer's log-probs of the batch's tokens (B, T) [and entropy (B, T)], then the
+        (B, T, V) log pi when `_needs_full_logprobs()`, else None."""
+        cfg = self.config
+        keep_all = self._needs_full_logprobs()
         out = sequence_logprobs(self.model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
-                                cfg.temperature, with_entropy=full, dvp_min_p=cfg.dvp_min_p, return_all=True,
+                                cfg.temperature, with_entropy=full, dvp_min_p=cfg.dvp_min_p, return_all=keep_all,
                                 share_prefix=cfg.share_prefix)
+        out = out if isinstance(out, tuple) else (out,)
+        out = out if keep_all else (*out, None)
         return out if full else (out[0], out[-1])
 
     def _collision_probs(self, logp_all):

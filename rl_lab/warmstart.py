@@ -214,6 +214,9 @@ def main(argv=None) -> int:
     ap.add_argument("--task", help="build a warm start for another task (with --size, --target)")
     ap.add_argument("--size", default="0.3M", help="model size preset for --task")
     ap.add_argument("--target", type=float, default=TARGET_SUCCESS, help="target sampled success for --task")
+    ap.add_argument("--learning-rate", type=float, default=None, help="override the recipe's peak learning rate (--task)")
+    ap.add_argument("--steps", type=int, default=None, help="override the recipe's most steps / cosine horizon (--task)")
+    ap.add_argument("--eval-every", type=int, default=None, help="override how often the target is checked (--task)")
     ap.add_argument("--seed", type=int, default=None, help="override the recipe's seed")
     ap.add_argument("--threads", type=int, default=THREADS,
                     help=f"torch threads (default {THREADS}); another count rounds differently, like another CPU")
@@ -226,6 +229,9 @@ def main(argv=None) -> int:
         else:
             cfg = WarmStartConfig(task=args.task, model_size=args.size, target_success=args.target,
                                   seed=args.seed or 0)
+        overrides = {k: v for k, v in (("learning_rate", args.learning_rate), ("steps", args.steps),
+                                        ("eval_every", args.eval_every)) if v is not None}
+        cfg = cfg.replace(**overrides) if overrides else cfg
         out = (args.out or CHECKPOINT_DIR) / f"{args.task}-{args.size}"
         info = build_checkpoint(cfg, out)
         print(json.dumps({k: v for k, v in info.items() if k != "config"}, indent=1))

@@ -149,3 +149,41 @@ def test_token_advantages_dispatch():
     lp = torch.full((4, 3), -1.0)
     adv = token_advantages("optimal_token_baseline", r, m, g, valid, old_logp=lp, sum_pi_sq=torch.full((4, 3), 0.3))
     assert adv[2:].abs().max() < 1e-6                                 # a group with equal rewards: no signal
+
+
+def test_only_one_vocabulary_sized_tensor_is_kept_for_the_backward(fresh_tiny):
+    """sequence_logprobs keeps one (B, T, V) tensor in the autograd graph (log_softmax's output,
+    which its backward needs, and which gather's backward references too), with or without the
+    entropy metric; the entropy has no gradient."""
+    from rl_lab.algos.grpo import sequence_logprobs
+
+    model, tok = fresh_tiny
+    B, P, T, V = 2, 3, 5, len(tok)
+    g = torch.Generator().manual_seed(0)
+    prompt, completion = torch.randint(1, V, (B, P), generator=g), torch.randint(1, V, (B, T), generator=g)
+    saved_shapes = []
+
+    def pack(t):
+        saved_shapes.append((*t.shape, t.untyped_storage().data_ptr()))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        logp, entropy = sequence_logprobs(model, prompt, torch.ones_like(prompt), completion, with_entropy=True)
+    vocab_sized = {s for s in saved_shapes if s[-2] == V and s[0] == B}     # distinct storages
+    assert [s[:3] for s in vocab_sized] == [(B, T, V)], vocab_sized
+    assert logp.requires_grad and not entropy.requires_grad and entropy.shape == (B, T)
+
+
+@pytest.mark.parametrize("estimator,needs", [("grpo", False), ("optimal_token_baseline", True)])
+def test_the_trainer_keeps_the_full_distributions_only_when_an_estimator_reads_them(estimator, needs):
+    from rl_lab.config import RLConfig
+    from rl_lab.trainer import Trainer
+
+    from rl_lab.config import SamplingConfig
+
+    tr = Trainer(RLConfig(task="addition", model="0.3M", max_steps=1, prompts_per_step=2, num_generations=2,
+                          max_completion_length=4, advantage_estimator=estimator, progress_bar=False))
+    batch = tr.engine.generate(["1+2=", "3+4="], 2, SamplingConfig(max_completion_length=4))
+    logp, entropy, logp_all = tr._logprobs(batch, full=True)
+    assert (logp_all is not None) == needs and logp.shape == entropy.shape
+    assert tr._needs_full_logprobs() == needs

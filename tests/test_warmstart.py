@@ -110,3 +110,20 @@ def test_recipe_outcome_does_not_depend_on_the_cpu_kernels(tmp_path):
                          capture_output=True, text=True, timeout=1200, env=env)
     assert out.returncode == 0, out.stdout + out.stderr[-2000:]
     assert "SHA-256 not compared" in out.stdout and "'cpu_capability': 'DEFAULT'" in out.stdout
+
+
+def test_cli_overrides_the_recipe_of_a_new_task(monkeypatch, tmp_path):
+    """`--task T --size S` starts from the shipped recipe for T-S when there is one, else the
+    default recipe; --learning-rate, --steps and --eval-every override it (the 3M recipe search
+    of research/model_size/ needs them)."""
+    import rl_lab.warmstart as ws
+
+    built = []
+    monkeypatch.setattr(ws, "build_checkpoint", lambda cfg, out: built.append((cfg, out)) or {"ok": 1})
+    assert ws.main(["--task", "addition", "--size", "3M", "--learning-rate", "1e-3", "--steps", "3000",
+                    "--eval-every", "10", "--out", str(tmp_path), "--threads", "1"]) == 0
+    cfg, out = built[-1]
+    assert (cfg.model_size, cfg.learning_rate, cfg.steps, cfg.eval_every) == ("3M", 1e-3, 3000, 10)
+    assert out == tmp_path / "addition-3M" and cfg.target_success == ws.TARGET_SUCCESS
+    ws.main(["--task", "addition", "--size", "0.3M", "--out", str(tmp_path), "--threads", "1"])
+    assert built[-1][0] == ws.SHIPPED["addition-0.3M"]          # no override: the shipped recipe itself

@@ -72,8 +72,9 @@ def sequence_logprobs(model, prompt_ids, prompt_mask, completion_ids, temperatur
     logp_all = F.log_softmax(logits, dim=-1)                                           # (B, T, V)
     logp = logp_all.gather(-1, completion_ids[..., None]).squeeze(-1)                 # (B, T)
     out = [logp]
-    if with_entropy:
-        out.append(torch.special.entr(logp_all.exp()).sum(-1))                         # (B, T)
+    if with_entropy:  # a metric, so no gradient: its (B, T, V) intermediates are freed at once
+        with torch.no_grad():
+            out.append(torch.special.entr(logp_all.exp()).sum(-1))                     # (B, T)
     if return_all:
         out.append(logp_all)
     return out[0] if len(out) == 1 else tuple(out)
