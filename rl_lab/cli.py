@@ -1,4 +1,5 @@
-"""Command line: `rl-lab train`, `rl-lab plot`, `rl-lab sweep`, `rl-lab warmstart`, `rl-lab doctor`.
+"""Command line: `rl-lab train`, `rl-lab plot`, `rl-lab sweep`, `rl-lab warmstart`, `rl-lab doctor`,
+`rl-lab export verl`, `rl-lab import-metrics`.
 
     rl-lab train --task addition --preset smoke --out runs/x
     rl-lab train --config my.yaml --set learning_rate=3e-4 --set sampler_dtype=bfloat16
@@ -7,6 +8,8 @@
     rl-lab plot runs/x                          # runs/x/metrics.png
     rl-lab sweep grid.yaml --workers 2          # a grid x seeds; one row per run in <out>/results.csv
     rl-lab doctor                               # is this machine ready for the labs? (exit 1 if not)
+    rl-lab export verl --config my.yaml --out verl_run   # a verl 0.9.1 run of the same config (chapter 13)
+    rl-lab import-metrics verl.jsonl --out runs/cluster  # a verl run's metrics under rl_lab's names
 """
 from __future__ import annotations
 
