@@ -153,11 +153,13 @@ class Trainer:
     """GRPO/REINFORCE trainer for a causal LM on a verifiable task.
 
     Trainer(config) builds the task, model and engine from the config; notebooks can pass
-    their own `model`/`tokenizer`/`task`/`engine`/`reward_funcs` instead.
+    their own `model`/`tokenizer`/`task`/`engine`/`reward_funcs` instead.  An `environment`
+    (rl_lab.agents.ToolEnvironment; default: the task's `environment` attribute, if any) makes
+    every completion a multi-turn episode with tool calls (the HF engine only, so far).
     """
 
     def __init__(self, config: RLConfig, model=None, tokenizer=None, task=None, engine=None,
-                 reward_funcs=None):
+                 reward_funcs=None, environment=None):
         if not isinstance(config, RLConfig):
             raise ConfigError(f"Trainer needs an RLConfig, got {type(config).__name__}")
         if (model is None) != (tokenizer is None):
@@ -180,6 +182,10 @@ class Trainer:
         self.eval_engine = (HFEngine(self.model, tokenizer, cfg.sampler_dtype)
                             if isinstance(self.engine, MismatchEngine) else self.engine)
         self.reward_funcs = list(reward_funcs) if reward_funcs is not None else [self.task]
+        self.environment = environment if environment is not None else getattr(self.task, "environment", None)
+        if self.environment is not None and not isinstance(self.engine, HFEngine):
+            raise ConfigError(f"multi-turn episodes (an environment) run on the HF engine only so far, not on "
+                              f"{type(self.engine).__name__}: set use_vllm=false")
         params = [p for p in self.model.parameters() if p.requires_grad]
         fused = all(p.device.type in ("cpu", "cuda") for p in params)  # one kernel, the same update
         self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, eps=1e-8,
@@ -218,7 +224,8 @@ class Trainer:
         examples = [self.task.sample(self.rng) for _ in range(cfg.prompts_per_step)]
         self.engine.sync_weights(self.model)
         batch: RolloutBatch = self.engine.generate([e["prompt"] for e in examples], cfg.num_generations,
-                                                   cfg.sampling(), self.generator).to(self.device)
+                                                   cfg.sampling(), self.generator,
+                                                   **self._episode_kwargs()).to(self.device)
         rows = [e for e in examples for _ in range(cfg.num_generations)]
         columns = {k: [r[k] for r in rows] for k in rows[0] if k != "prompt"}
         rewards_np, per_func, reward_errors = call_reward_funcs(
@@ -304,7 +311,8 @@ class Trainer:
         metrics = self._step_metrics(batch, rewards, valid, per_func, reward_errors, counted, entropy,
                                      old_logp_safe - rollout_logp, outside, finite_mu & finite_pi, nonempty)
         metrics.update({"loss": loss_value, "grad_norm": grad_norm, "faults/skipped_steps": skipped,
-                        **({"kl": kl_value} if kl_value is not None else {}), **corr_metrics, **pg_metrics})
+                        **({"kl": kl_value} if kl_value is not None else {}), **corr_metrics, **pg_metrics,
+                        **(batch.episode_metrics or {})})
         t1 = time.perf_counter()
         metrics.update({"time/rollout": t_rollout - t0, "time/update": t1 - t_rollout, "step_time": t1 - t0})
         if cfg.eval_steps and self.global_step % cfg.eval_steps == 0:
@@ -332,6 +340,11 @@ class Trainer:
         out = out if isinstance(out, tuple) else (out,)
         out = out if keep_all else (*out, None)
         return out if full else (out[0], out[-1])
+
+    def _episode_kwargs(self) -> dict:
+        """The engine's `environment` argument when episodes are multi-turn (none otherwise, so
+        engines without multi-turn support keep working for single-turn tasks)."""
+        return {"environment": self.environment} if self.environment is not None else {}
 
     def _collision_probs(self, logp_all):
         """sum_v pi_v^2 per token (B, T), needed only by the optimal token baseline (else None)."""
@@ -422,7 +435,7 @@ class Trainer:
         self.eval_engine.sync_weights(self.model)
         greedy = SamplingConfig(max_completion_length=self.config.max_completion_length, top_k=1)
         gen = torch.Generator(self.device).manual_seed(0)
-        batch = self.eval_engine.generate([e["prompt"] for e in examples], 1, greedy, gen)
+        batch = self.eval_engine.generate([e["prompt"] for e in examples], 1, greedy, gen, **self._episode_kwargs())
         columns = {k: [e[k] for e in examples] for k in examples[0] if k != "prompt"}
         rewards, _, _ = call_reward_funcs(self.reward_funcs, batch.prompts, batch.completions,
                                           batch.completion_ids.tolist(), columns)

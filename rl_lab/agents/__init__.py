@@ -4,11 +4,14 @@
   calculator   arithmetic parsed with `ast`, with limits; never `eval`
   python_tool  model-written Python in a separate, limited process (what is enforced: its docstring)
   registry     tools by name; `run_tool` turns a tool's exception into an error result
+  episodes     ToolEnvironment: multi-turn episodes (model turn, tool output as tokens, ... up to K
+               turns) that HFEngine.generate(..., environment=) and Trainer(..., environment=) run
 """
 from rl_lab.agents.calculator import CalculatorLimits, calculator
+from rl_lab.agents.episodes import ToolEnvironment
 from rl_lab.agents.python_tool import SandboxLimits, run_python, sandbox_guarantees
 from rl_lab.agents.registry import TOOLS, get_tool, register_tool, run_tool
 from rl_lab.agents.result import ToolResult
 
-__all__ = ["CalculatorLimits", "SandboxLimits", "TOOLS", "ToolResult", "calculator", "get_tool", "register_tool",
-           "run_python", "run_tool", "sandbox_guarantees"]
+__all__ = ["CalculatorLimits", "SandboxLimits", "TOOLS", "ToolEnvironment", "ToolResult", "calculator", "get_tool",
+           "register_tool", "run_python", "run_tool", "sandbox_guarantees"]

@@ -41,6 +41,11 @@ class RolloutBatch:
     is_truncated: torch.Tensor       # (B,) bool: no <eos> within max_completion_length
     group_ids: torch.Tensor          # (B,) index of the prompt each row belongs to
     sampler_logprobs_full: torch.Tensor | None = None  # (B, T, V) log mu(. | x, y_<t), if recorded
+    # multi-turn episodes (rl_lab.agents.episodes), else None.  completion_ids then holds the
+    # whole episode; completion_mask is 1 on the model's sampled tokens only
+    env_mask: torch.Tensor | None = None        # (B, T) bool: tokens the environment appended
+    turn_ids: torch.Tensor | None = None        # (B, T) the model turn of each token; -1 on padding
+    episode_metrics: dict | None = None         # turns/..., tools/... of the batch
 
     @property
     def num_groups(self) -> int:
@@ -56,7 +61,7 @@ class RolloutBatch:
 
 class RolloutEngine(Protocol):
     def generate(self, prompts: list[str], n: int, sampling: SamplingConfig,
-                 generator: torch.Generator | None = None) -> RolloutBatch: ...
+                 generator: torch.Generator | None = None, environment=None) -> RolloutBatch: ...
 
     def sync_weights(self, model: torch.nn.Module) -> None: ...
 
@@ -169,7 +174,10 @@ class HFEngine:
 
     @torch.no_grad()
     def generate(self, prompts: list[str], n: int, sampling: SamplingConfig,
-                 generator: torch.Generator | None = None) -> RolloutBatch:
+                 generator: torch.Generator | None = None, environment=None) -> RolloutBatch:
+        """n completions per prompt.  With an `environment` (rl_lab.agents.ToolEnvironment) each
+        completion is a multi-turn episode: where a row's turn ends with a tool call, the tool's
+        output is appended token by token (not sampled: log-prob 0, completion_mask 0)."""
         tok, model = self.tokenizer, self.model
         device = next(model.parameters()).device
         generator = generator_on(device, generator)    # e.g. a CUDA trainer's generator, a CPU sampler
@@ -190,6 +198,7 @@ class HFEngine:
         completion_mask = torch.zeros((B, T), dtype=torch.long, device=device)
         finished = torch.zeros(B, dtype=torch.bool, device=device)
         positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)              # (B, P)
+        episodes = environment.start(B, tok) if environment is not None else None
 
         # prefill: one forward over the prompt, keep only the last position's logits
         P = prompt_ids.shape[1]
@@ -209,10 +218,15 @@ class HFEngine:
             if full is not None:
                 full.append(logp)
             tokens, token_logp = sample_tokens(logp, generator)            # (B,), (B,)
+            sampled = ~finished
+            if episodes is not None:   # rows in an environment turn take its next token instead
+                tokens, token_logp, sampled = self._environment_turns(episodes, tokens, token_logp, sampled)
             completion_ids[:, t] = tokens.masked_fill_(finished, pad)      # rows already done: pad
             sampler_logprobs[:, t] = token_logp.masked_fill_(finished, 0.0)
-            completion_mask[:, t] = ~finished
-            finished |= tokens == eos
+            completion_mask[:, t] = sampled
+            if episodes is not None:
+                episodes.observe(t, completion_ids[:, t].tolist(), sampled.tolist(), (~sampled & ~finished).tolist())
+            finished |= (tokens == eos) & sampled
             if finished.all() or t == T - 1:
                 break
             if decoder is not None:
@@ -231,5 +245,19 @@ class HFEngine:
         if full is not None:  # (B, T, V); positions after the last step repeat nothing: zeros
             full = torch.stack(full, 1)
             full = torch.cat([full, full.new_zeros(B, T - full.shape[1], full.shape[-1])], 1)
+        env_mask = turn_ids = episode_metrics = None
+        if episodes is not None:
+            env_mask, turn_ids, episode_metrics = episodes.finish(T, has_eos)
         return RolloutBatch(rows, prompt_ids, prompt_mask, completion_ids, completion_mask,
-                            sampler_logprobs, texts, ~has_eos, group_ids, full)
+                            sampler_logprobs, texts, ~has_eos, group_ids, full, env_mask, turn_ids, episode_metrics)
+
+    @staticmethod
+    def _environment_turns(episodes, tokens, token_logp, sampled):
+        """Replace the sampled token by the environment's next one in rows that are in an
+        environment turn: such a token is not sampled (log mu := 0, mask 0)."""
+        forced = episodes.next_tokens(tokens.device)
+        if forced is None:
+            return tokens, token_logp, sampled
+        env_tokens, is_env = forced
+        return (torch.where(is_env, env_tokens, tokens), token_logp.masked_fill(is_env, 0.0),
+                sampled & ~is_env)

@@ -1,0 +1,147 @@
+"""Multi-turn episodes: the model writes until it calls a tool (or answers), the environment
+runs the tool and appends its output as tokens, up to `max_turns` model turns.
+
+`ToolEnvironment` is the configuration (which tool, the delimiters, K); `Episodes` is the
+bookkeeping of one batch, driven token by token by the sampler (rl_lab.engines.rollout.HFEngine):
+before each sampled position it says which rows must take an environment token instead
+(`forced`), after it reads what was sampled (`observe`), and at the end it returns the per-token
+environment mask, the turn ids and the batch's tool metrics (`finish`).
+
+Environment tokens condition the model (they are in the context of every later token, for the
+sampler mu and the trainer pi alike) but are not sampled: the engine leaves them out of
+`completion_mask`, so they add nothing to the loss, the pi/mu ratios, the mismatch monitors, the
+KL terms or the token counts.
+
+Turns: model turn k (k = 0, 1, ...) is the text the model writes after k tool outputs; the
+environment tokens that answer its call carry turn id k as well.  In the last allowed turn
+(k = max_turns - 1) a call is not executed: the model writes on until <eos> or the length limit,
+so max_turns = 1 is exactly the single-turn case.  A *void* turn (SimpleTIR) is a final turn
+cut by the length limit: it made neither a tool call nor an answer (<eos>).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from rl_lab.agents.registry import run_tool
+from rl_lab.agents.result import ToolResult
+
+
+@dataclass(frozen=True)
+class ToolEnvironment:
+    """One tool behind text delimiters.
+
+    tool              registered tool name (rl_lab.agents.registry): "calculator", "python", ...
+    max_turns         K, the most model turns per episode (1: single-turn, no call is executed)
+    call_open/close   the model's call is the text between them, at the end of its turn
+    output_open/close wrap the tool's output in the environment's turn
+    max_output_chars  the tool output is cut to this many characters before tokenizing
+    """
+    tool: str = "calculator"
+    max_turns: int = 2
+    call_open: str = "<calc>"
+    call_close: str = "</calc>"
+    output_open: str = "<output>"
+    output_close: str = "</output>"
+    max_output_chars: int = 200
+
+    def __post_init__(self):
+        if self.max_turns < 1:
+            raise ValueError(f"ToolEnvironment.max_turns={self.max_turns}: an episode has at least one turn")
+        if not self.call_open or not self.call_close:
+            raise ValueError("ToolEnvironment.call_open and call_close must be non-empty delimiters")
+
+    def parse_call(self, turn_text: str) -> str | None:
+        """The call's argument if `turn_text` ends with a complete call, else None."""
+        if not turn_text.endswith(self.call_close):
+            return None
+        body = turn_text[: len(turn_text) - len(self.call_close)]
+        start = body.rfind(self.call_open)
+        return None if start < 0 else body[start + len(self.call_open):]
+
+    def observation(self, result: ToolResult) -> str:
+        """The text of the environment's turn for one tool result."""
+        return f"{self.output_open}{result.output[: self.max_output_chars]}{self.output_close}"
+
+    def start(self, batch_size: int, tokenizer) -> "Episodes":
+        return Episodes(self, batch_size, tokenizer)
+
+
+class Episodes:
+    """The turn state of a batch of B episodes during sampling (see the module docstring)."""
+
+    def __init__(self, env: ToolEnvironment, batch_size: int, tokenizer):
+        self.env, self.tokenizer, self.B = env, tokenizer, batch_size
+        close_ids = tokenizer(env.call_close, add_special_tokens=False)["input_ids"]
+        if not close_ids:
+            raise ValueError(f"the tokenizer turns call_close={env.call_close!r} into no tokens")
+        self.close_last = close_ids[-1]       # a call can only end on this token: decode only then
+        self.turn = [0] * batch_size          # current model turn of each row
+        self.turn_tokens = [[] for _ in range(batch_size)]   # the current model turn's sampled ids
+        self.pending = [[] for _ in range(batch_size)]       # environment ids still to append (reversed)
+        self.ended_with_call = [False] * batch_size
+        self.env_positions = [[] for _ in range(batch_size)]
+        self.turn_ids = [[] for _ in range(batch_size)]
+        self.results: list[ToolResult] = []
+
+    @property
+    def multi_turn(self) -> bool:
+        return self.env.max_turns > 1
+
+    def next_tokens(self, device):
+        """(tokens (B,) long, is_env (B,) bool) of the environment's next tokens, or None."""
+        if not any(self.pending):
+            return None
+        is_env = [bool(p) for p in self.pending]
+        tokens = [p.pop() if p else 0 for p in self.pending]
+        return (torch.tensor(tokens, dtype=torch.long, device=device),
+                torch.tensor(is_env, dtype=torch.bool, device=device))
+
+    def observe(self, position: int, tokens: list[int], sampled: list[bool], env: list[bool]) -> None:
+        """Record the ids written at `position` (sampled by the model, or the environment's), run
+        the tool for every row whose turn now ends with a call, and queue its output."""
+        for b in range(self.B):
+            if env[b]:
+                self.env_positions[b].append(position)
+                self.turn_ids[b].append(self.turn[b])
+                if not self.pending[b]:                 # the tool's output is complete: next turn
+                    self.turn[b] += 1
+                    self.turn_tokens[b] = []
+                continue
+            if not sampled[b]:
+                continue
+            self.turn_ids[b].append(self.turn[b])
+            self.turn_tokens[b].append(tokens[b])
+            self.ended_with_call[b] = False
+            if tokens[b] != self.close_last or self.turn[b] >= self.env.max_turns - 1:
+                continue
+            call = self.env.parse_call(self.tokenizer.decode(self.turn_tokens[b], skip_special_tokens=True))
+            if call is None:
+                continue
+            result = run_tool(self.env.tool, call)
+            self.results.append(result)
+            ids = self.tokenizer(self.env.observation(result), add_special_tokens=False)["input_ids"]
+            self.pending[b] = list(reversed(ids))
+            self.ended_with_call[b] = True
+            if not ids:                                 # an empty observation: the next turn starts now
+                self.turn[b] += 1
+                self.turn_tokens[b] = []
+
+    def finish(self, T: int, has_eos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        """(env_mask (B, T) bool, turn_ids (B, T) long, metrics) once sampling is over.  turn_ids
+        is -1 where nothing was written (padding)."""
+        env_mask = torch.zeros((self.B, T), dtype=torch.bool)
+        turn_ids = torch.full((self.B, T), -1, dtype=torch.long)
+        for b in range(self.B):
+            env_mask[b, self.env_positions[b]] = True
+            turn_ids[b, : len(self.turn_ids[b])] = torch.tensor(self.turn_ids[b], dtype=torch.long)
+        eos = has_eos.cpu().tolist()
+        turns = [max(ids) + 1 if ids else 0 for ids in self.turn_ids]
+        void = [not eos[b] and not self.ended_with_call[b] for b in range(self.B)]
+        kinds = [r.kind for r in self.results]
+        metrics = {"turns/mean": sum(turns) / max(1, self.B),
+                   "turns/void_fraction": sum(void) / max(1, self.B),
+                   "tools/calls": len(kinds), "tools/errors": kinds.count("error"),
+                   "tools/timeouts": kinds.count("timeout"), "tools/truncated": kinds.count("truncated")}
+        return env_mask.to(has_eos.device), turn_ids.to(has_eos.device), metrics

@@ -1,0 +1,195 @@
+"""Multi-turn episodes (rl_lab.agents.episodes with rl_lab.engines.rollout.HFEngine): the
+environment's tokens condition the model but are never sampled, so they add nothing to the loss,
+the ratios, the monitors, the KL or the token counts; max_turns = 1 is the single-turn trainer
+bit for bit; tool errors are counted, not raised."""
+import copy
+from dataclasses import replace
+
+import pytest
+import torch
+
+from rl_lab import RLConfig, Trainer
+from rl_lab.agents import ToolEnvironment, ToolResult
+from rl_lab.agents.registry import TOOLS, run_tool
+from rl_lab.config import ConfigError, SamplingConfig
+from rl_lab.engines.rollout import HFEngine
+from rl_lab.models import build_model
+from rl_lab.trainer import TIMING_KEYS
+
+# the character tokenizer has no '<': a call is "(2*3)", its answer "=6|"
+CHARS = ToolEnvironment(max_turns=3, call_open="(", call_close=")", output_open="=", output_close="|")
+SMALL = dict(model="0.3M", prompts_per_step=2, num_generations=2, max_completion_length=16,
+             progress_bar=False, learning_rate=1e-3)
+
+
+def distinct_characters(completions, **kw):
+    """A reward with spread, so the advantages and the gradient are not zero."""
+    return [float(len(set(c))) for c in completions]
+
+
+def strip_timing(rows):
+    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows]
+
+
+class ScriptedEngine(HFEngine):
+    """Samples a fixed text per row, whatever the model's logits (through `perturb_logits`).
+    A script "(2*3)|6" is the model's "(2*3)", room for the environment's answer to that call (its
+    length found by calling the tool here), then "6" and <eos>."""
+
+    def __init__(self, model, tokenizer, scripts: list[str], env: ToolEnvironment):
+        super().__init__(model, tokenizer)
+        self.rows = [self._ids(s, env) for s in scripts]
+        self.t = 0
+
+    def _ids(self, script, env):
+        tok = self.tokenizer
+        ids = []
+        *turns, last = script.split("|")
+        for turn in turns:
+            ids += tok(turn, add_special_tokens=False)["input_ids"]
+            answer = env.observation(run_tool(env.tool, env.parse_call(turn)))
+            ids += [tok.pad_token_id] * len(tok(answer, add_special_tokens=False)["input_ids"])
+        return ids + tok(last, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+
+    def generate(self, *args, **kwargs):
+        self.t = 0
+        return super().generate(*args, **kwargs)
+
+    def perturb_logits(self, logits, generator):
+        target = torch.tensor([r[min(self.t, len(r) - 1)] for r in self.rows])
+        self.t += 1
+        forced = torch.full_like(logits, -1e4)
+        return forced.scatter(-1, target[:, None], 0.0)
+
+
+class FixedEngine(HFEngine):
+    """Returns the same batch at every step (to compare steps on batches that differ in one token)."""
+
+    def __init__(self, model, tokenizer, batch):
+        super().__init__(model, tokenizer)
+        self.batch = batch
+
+    def generate(self, *args, **kwargs):
+        return copy.deepcopy(self.batch)
+
+
+def scripted_batch(env=CHARS, scripts=("(2*3)|6", "7", "(1/0)|x", "(9)|(8)|5"), length=40):
+    model, tok = build_model("0.3M", seed=0)
+    engine = ScriptedEngine(model, tok, list(scripts), env)
+    return engine.generate(["1+1=", "2+2="], 2, SamplingConfig(max_completion_length=length), torch.Generator(),
+                           environment=env), tok
+
+
+def test_an_episode_alternates_model_and_tool_turns():
+    batch, tok = scripted_batch()
+    assert batch.completions == ["(2*3)=6|6", "7", "(1/0)=error: division by zero|x", "(9)=9|(8)=8|5"]
+    row = batch.completion_ids[0].tolist()
+    env = batch.env_mask[0].tolist()
+    text = [(tok.decode([i]), e) for i, e in zip(row, env)][:10]
+    assert text == [("(", 0), ("2", 0), ("*", 0), ("3", 0), (")", 0), ("=", 1), ("6", 1), ("|", 1), ("6", 0),
+                    ("<eos>", 0)]
+    assert batch.turn_ids[0, :10].tolist() == [0, 0, 0, 0, 0, 0, 0, 0, 1, 1] and batch.turn_ids[0, 10] == -1
+    # environment tokens: not sampled (mask 0, log mu 0), disjoint from the model's
+    assert not (batch.env_mask & batch.completion_mask.bool()).any()
+    assert (batch.sampler_logprobs[batch.env_mask] == 0).all()
+    assert batch.completion_mask[0].sum() == 7 and batch.env_mask[0].sum() == 3
+    # the third turn of row 3 is the last allowed (max_turns = 3): no fourth call
+    assert batch.turn_ids[3].max() == 2
+    assert batch.episode_metrics == {"turns/mean": (2 + 1 + 2 + 3) / 4, "turns/void_fraction": 0.0,
+                                     "tools/calls": 4, "tools/errors": 1, "tools/timeouts": 0, "tools/truncated": 0}
+
+
+def test_the_last_turn_executes_no_call_and_a_cut_turn_is_void():
+    batch, _ = scripted_batch(env=replace(CHARS, max_turns=1), scripts=("(2*3)6", "(1+1)" + "1" * 50))
+    assert batch.completions[0] == "(2*3)6" and not batch.env_mask.any()
+    assert batch.episode_metrics["tools/calls"] == 0
+    assert batch.episode_metrics["turns/void_fraction"] == 0.5   # row 1 hit the length limit mid-turn
+
+
+def test_max_turns_one_is_the_single_turn_trainer_bit_for_bit():
+    def run(environment):
+        cfg = RLConfig(**{**SMALL, "max_completion_length": 6}, max_steps=3, seed=5, beta=0.05)
+        return strip_timing(Trainer(cfg, reward_funcs=[distinct_characters],
+                                    environment=environment).train().to_dict("records"))
+    plain, one_turn = run(None), run(replace(CHARS, max_turns=1))
+    extra = {"turns/mean", "turns/void_fraction", "tools/calls", "tools/errors", "tools/timeouts", "tools/truncated"}
+    assert [{k: v for k, v in r.items() if k not in extra} for r in one_turn] == plain
+    assert all(r["tools/calls"] == 0 and r["turns/mean"] == 1.0 for r in one_turn)
+    assert plain[0]["grad_norm"] > 0 and plain[0]["kl"] >= 0     # a real update, not a vacuous comparison
+
+
+def step_on(batch, capture, **cfg):
+    """One trainer step on a fixed batch, from the same initial weights; `capture` gets the
+    trainer's (B, T) log pi, with its gradient kept."""
+    model, tok = build_model("0.3M", seed=0)
+    trainer = Trainer(RLConfig(**{**SMALL, **cfg}, max_steps=1, seed=0), model=model, tokenizer=tok,
+                      engine=FixedEngine(model, tok, batch), reward_funcs=[distinct_characters])
+    return trainer.step()
+
+
+def test_an_environment_token_conditions_what_follows_but_adds_nothing_to_the_loss(monkeypatch):
+    import rl_lab.trainer as trainer_module
+    captured = []
+    original = trainer_module.sequence_logprobs
+
+    def keep(*args, **kwargs):
+        out = original(*args, **kwargs)
+        first = out[0] if isinstance(out, tuple) else out
+        if first.requires_grad:
+            first.retain_grad()
+            captured.append(first)
+        return out
+    monkeypatch.setattr(trainer_module, "sequence_logprobs", keep)
+
+    a, tok = scripted_batch()
+    b = copy.deepcopy(a)
+    six, seven = tok.convert_tokens_to_ids("6"), tok.convert_tokens_to_ids("7")
+    assert a.completion_ids[0, 6] == six and a.env_mask[0, 6]
+    b.completion_ids[0, 6] = seven                        # the tool "said" 7: same text reward, other context
+    metrics_a, metrics_b = step_on(a, captured, beta=0.1), step_on(b, captured, beta=0.1)
+    logp_a, logp_b = captured[0], captured[1]
+    assert torch.equal(logp_a[0, :6], logp_b[0, :6])      # causal: nothing before the change moves
+    assert not torch.equal(logp_a[0, 7:9], logp_b[0, 7:9])   # what follows it is conditioned on it
+    for logp, batch in ((logp_a, a), (logp_b, b)):
+        grad = logp.grad
+        assert (grad[batch.env_mask] == 0).all()            # no loss term on any environment token
+        assert (grad[0, 8] != 0) and batch.completion_mask[0, 8]   # the model's answer after it has one
+    # on-policy the loss's value is -mean(A) either way, but its gradient flows through the new context
+    assert metrics_a["grad_norm"] != metrics_b["grad_norm"]
+
+
+def test_environment_tokens_are_outside_ratios_monitors_kl_and_counts():
+    a, _ = scripted_batch()
+    wild = copy.deepcopy(a)
+    wild.sampler_logprobs[wild.env_mask] = -30.0          # what a sampler might report there: ignored
+    one = strip_timing([step_on(a, [], beta=0.1)])
+    two = strip_timing([step_on(wild, [], beta=0.1)])
+    assert one == two
+    row = one[0]
+    assert row["faults/masked_samples"] == 0
+    assert row["completions/mean_length"] == a.completion_mask.sum().item() / 4   # the model's tokens only
+    assert row["num_tokens"] == int(a.prompt_mask.sum() + a.completion_mask.sum())
+    assert row["tools/calls"] == 4 and row["tools/errors"] == 1
+
+
+def test_a_raising_tool_is_counted_and_training_goes_on(monkeypatch):
+    monkeypatch.setitem(TOOLS, "flaky", lambda text: 1 / 0 if "1" in text else ToolResult("ok"))
+    model, tok = build_model("0.3M", seed=0)
+    env = replace(CHARS, tool="flaky")
+    engine = ScriptedEngine(model, tok, ["(1)|2", "(2)|2", "3", "4"], env)
+    trainer = Trainer(RLConfig(**{**SMALL, "max_completion_length": 64}, max_steps=2, seed=0), model=model, tokenizer=tok,
+                      engine=engine, reward_funcs=[distinct_characters], environment=env)
+    rows = trainer.train().to_dict("records")
+    assert [r["tools/calls"] for r in rows] == [2, 2] and [r["tools/errors"] for r in rows] == [1, 1]
+    assert all(r["faults/masked_samples"] == 0 and r["grad_norm"] > 0 for r in rows)
+
+
+def test_multi_turn_needs_the_hf_engine():
+    class NotHF:
+        def sync_weights(self, model):
+            pass
+    model, tok = build_model("0.3M", seed=0)
+    with pytest.raises(ConfigError, match="HF engine only"):
+        Trainer(RLConfig(**SMALL), model=model, tokenizer=tok, engine=NotHF(), environment=CHARS)
+    with pytest.raises(ValueError, match="max_turns"):
+        ToolEnvironment(max_turns=0)
