@@ -473,7 +473,8 @@ def chat_template(adds_bos: bool) -> str:
 
 
 def verl_rows(task_name: str, task_kwargs: dict, examples: list[dict], split: str) -> list[dict]:
-    """verl's RL dataset rows: data_source, prompt (chat messages), ability, reward_model, extra_info.
+    """verl's RL dataset rows: data_source and ability (the task's name), prompt (chat messages),
+    reward_model (the answer as ground_truth), extra_info.
     Every example column besides prompt and answer goes to extra_info.columns (JSON) for the reward."""
     rows = []
     for i, ex in enumerate(examples):
@@ -481,7 +482,7 @@ def verl_rows(task_name: str, task_kwargs: dict, examples: list[dict], split: st
         rows.append({
             "data_source": task_name,
             "prompt": [{"role": "user", "content": ex["prompt"]}],
-            "ability": "arithmetic",
+            "ability": task_name,
             "reward_model": {"style": "rule", "ground_truth": str(ex["answer"])},
             "extra_info": {"split": split, "index": i, "task_kwargs": json.dumps(task_kwargs, sort_keys=True),
                            "columns": json.dumps(columns, sort_keys=True, default=_json_default)},
@@ -699,10 +700,9 @@ def read_verl_metrics(path: str | Path):
     for step, data in read_verl_records(path):
         row = by_step.setdefault(step, {"step": step})
         for key, value in data.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) and value is not None:
-                continue
-            name = VERL_TO_RL_LAB_METRICS.get(key, key)
-            row[name if name != "step" else "step"] = float("nan") if value is None else value
+            numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if numeric or value is None:          # orjson writes NaN as null; strings are not metrics
+                row[VERL_TO_RL_LAB_METRICS.get(key, key)] = float("nan") if value is None else value
         row["step"] = step
     df = pd.DataFrame([by_step[s] for s in sorted(by_step)])
     return df[["step"] + [c for c in df.columns if c != "step"]]
