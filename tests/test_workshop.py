@@ -1,0 +1,35 @@
+"""book/workshop.md: its links resolve, its smoke-preset times are BENCHMARKS.md's, and what it
+tells participants to expect from `rl-lab doctor` is what the doctor prints."""
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PAGE = (REPO / "book" / "workshop.md").read_text(encoding="utf-8")
+# BENCHMARKS.md section 4 names the labs like this
+BENCH_NAMES = {"lab01_first_rl_run": "lab 1", "lab03_token_vs_sequence": "lab 3",
+               "lab05_rollout_correction": "lab 5", "lab_measure_your_mismatch": "measure-your-mismatch",
+               "lab_when_speed_kills": "when-speed-kills"}
+
+
+def test_links_resolve_and_the_page_is_in_the_toc():
+    for target in re.findall(r"\{doc\}`([^`<]+)`", PAGE):
+        assert (REPO / "book" / f"{target}.md").resolve().is_file(), f"workshop.md links to missing {target}"
+    assert "file: book/workshop" in (REPO / "_toc.yml").read_text()
+
+
+def test_smoke_times_are_the_benchmarks():
+    bench = (REPO / "BENCHMARKS.md").read_text(encoding="utf-8")
+    section = bench[bench.index("## 4."):]
+    rows = re.findall(r"^\|[^|]*\|[^|]*\| \{doc\}`\.\./labs/(\w+)` \| (\d+) s \|", PAGE, re.M)
+    assert len(rows) == 4, f"the plan's table should list four labs with smoke times, found {rows}"
+    for lab, seconds in rows:
+        m = re.search(rf"{re.escape(BENCH_NAMES[lab])} (\d+) s", section)
+        assert m, f"BENCHMARKS.md section 4 has no time for {BENCH_NAMES[lab]}"
+        assert m.group(1) == seconds, (f"workshop.md says {lab} takes {seconds} s in smoke, BENCHMARKS.md "
+                                       f"says {m.group(1)} s: update the page")
+
+
+def test_the_doctor_line_participants_are_told_to_expect():
+    from rl_lab import doctor
+    assert "ready for the labs" in PAGE and "rl-lab doctor" in PAGE
+    assert "ready for the labs" in Path(doctor.__file__).read_text()
