@@ -201,3 +201,15 @@ def test_zero_steps_is_refused(capsys):
     from rl_lab.cli import main
     assert main(["doctor", "--steps", "0"]) == 2
     assert "--skip-timing" in capsys.readouterr().err
+
+
+def test_import_vllm_reports_the_last_error_line_of_a_child_import(tmp_path):
+    broken = tmp_path / "python-broken"
+    broken.write_text("#!/bin/sh\necho 'Traceback (most recent call last):' >&2\n"
+                      "echo 'RuntimeError: operator torchvision::nms does not exist' >&2\nexit 1\n")
+    fine = tmp_path / "python-fine"
+    fine.write_text("#!/bin/sh\nexit 0\n")
+    for f in (broken, fine):
+        f.chmod(0o755)
+    assert doctor.import_vllm_error(str(broken)) == "RuntimeError: operator torchvision::nms does not exist"
+    assert doctor.import_vllm_error(str(fine)) is None
