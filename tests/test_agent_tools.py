@@ -125,6 +125,9 @@ def test_python_tool_runs_code_and_returns_its_output(fast):
     "import os\nos.execv('/bin/rm', ['rm', {keep!r}])",
     "import gc\nprint(len(gc.get_objects()))",
     "import resource\nresource.setrlimit(resource.RLIMIT_CPU, (100, 100))",
+    "import os\nos.mkfifo({dir!r} + '/fifo')",
+    "import posix\nposix.mknod({dir!r} + '/node')",
+    "import sys\nsys.modules['__main__'].__dict__.clear()\nopen({new!r}, 'w')",
 ])
 def test_python_tool_changes_nothing_outside_its_folder(attack, victim, fast):
     before = snapshot(victim)

@@ -25,7 +25,9 @@ what holds on the machine at hand):
   directory (and any such call relative to a directory file descriptor); fork, exec, spawn,
   `os.system`, `subprocess`, `os.kill`; every `socket` operation; `ctypes`; `gc`'s object
   walks; changing rlimits; and importing any module that was not loaded before the code started
-  (the bootstrap preloads `PRELOADED`: math, fractions, itertools, re, json, ...).
+  (the bootstrap preloads `PRELOADED`: math, fractions, itertools, re, json, ...).  The few `os`
+  functions that change the system without an audit event (mkfifo, mknod, pidfd_open, chroot,
+  setpriority, sched_setaffinity, signal.pidfd_send_signal) are replaced by a refusal.
 
 What is NOT enforced: reading files (the code can read whatever the user `nobody`, or the calling
 user, may read); CPU time shared with other processes; the audit hook is not a security boundary
@@ -89,7 +91,7 @@ class SandboxLimits:
 # the audit hook, then run the code in a fresh namespace.  Every name it uses lives in a function
 # scope that is gone by the time the code runs, so the code cannot reach the hook or its settings.
 BOOTSTRAP = r'''
-import os, sys, resource, traceback
+import os, posix, resource, signal, sys, traceback
 def _setup(argv):
     code, uid, gid, nproc, hook = argv[1], int(argv[2]), int(argv[3]), int(argv[4]), argv[5] == "1"
     for name in argv[6].split(","):
@@ -99,8 +101,21 @@ def _setup(argv):
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
     work = os.path.realpath(os.getcwd())
     if hook:
+        _disable_unaudited()
         sys.addaudithook(_make_hook(work, frozenset(sys.modules)))
     return code
+def _disable_unaudited():
+    """Functions that change the system but raise no audit event are replaced by a refusal."""
+    def refuse(name):
+        def refused(*args, **kwargs):
+            raise PermissionError(f"sandbox: {name} is not allowed")
+        return refused
+    for module, names in ((os, ("mkfifo", "mknod", "pidfd_open", "chroot", "setpriority", "sched_setaffinity")),
+                          (posix, ("mkfifo", "mknod", "pidfd_open", "chroot", "setpriority", "sched_setaffinity")),
+                          (signal, ("pidfd_send_signal",))):
+        for name in names:
+            if hasattr(module, name):
+                setattr(module, name, refuse(f"{module.__name__}.{name}"))
 def _make_hook(work, preloaded):
     import posixpath
     realpath, fsdecode, isabs = posixpath.realpath, os.fsdecode, posixpath.isabs
@@ -141,7 +156,7 @@ def _make_hook(work, preloaded):
                 raise PermissionError(f"sandbox: {event} outside the working directory")
     return hook
 _code = _setup(sys.argv)
-del _setup, _make_hook
+del _setup, _make_hook, _disable_unaudited
 sys.argv[1:] = []
 try:
     _compiled = compile(_code, "<tool>", "exec")
@@ -295,16 +310,13 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits()) -> ToolResult
     finally:
         _remove_tree(root)
     seconds = time.perf_counter() - start
-    cpu_killed = returncode in (-signal.SIGXCPU, -signal.SIGKILL) and not timed_out
-    if timed_out or returncode == -signal.SIGXCPU:
+    if timed_out or returncode == -signal.SIGXCPU:     # the wall clock, or the CPU-seconds limit
         return ToolResult(_with_note(text, f"[timeout: killed after {limits.timeout_s:g} s]"), "timeout", seconds)
     if cut:
         return ToolResult(_with_note(text, f"[output truncated at {limits.max_output_chars} characters]"),
                           "truncated", seconds)
     if returncode != 0:
         note = f"[exit code {returncode}]" if returncode > 0 else f"[killed by signal {-returncode}]"
-        if cpu_killed:
-            note = "[killed at a resource limit]"
         return ToolResult(_with_note(text, note), "error", seconds)
     return ToolResult(text, "ok", seconds)
 
