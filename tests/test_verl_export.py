@@ -310,6 +310,48 @@ def test_verl_reward_loader_scores_as_the_task(exported):
     assert theirs == ours and ours[:3] == [1.0, 1.0, 1.0] and sum(ours) < 6
 
 
+def test_verl_reward_manager_decodes_sampled_ids_and_scores_as_the_task(exported):
+    """The whole reward path verl runs: load_reward_manager (the "naive" manager with the exported
+    compute_score) decodes each response's token ids with verl's tokenizer and scores it.  The ids are
+    real samples of the exported model, drawn by rl_lab's HFEngine."""
+
+    import numpy as np
+    from verl import DataProto
+    from verl.trainer.ppo.reward import load_reward_manager
+    from verl.utils import hf_tokenizer
+
+    from rl_lab.config import SamplingConfig
+    from rl_lab.engines.rollout import HFEngine
+    from rl_lab.models import load_model
+    from rl_lab.tasks import get_task
+
+    cfg, export = exported
+    composed = compose(command_line_overrides(export.overrides))
+    tok = hf_tokenizer(export.overrides["actor_rollout_ref.model.tokenizer_path"])
+    manager = load_reward_manager(composed, tok)
+    model, ours_tok = load_model(export.out_dir / "model")
+    task = get_task(cfg.task, **cfg.task_kwargs)
+    examples = task.make_dataset(4, seed=cfg.seed)
+    batch = HFEngine(model, ours_tok).generate([e["prompt"] for e in examples], 4, SamplingConfig(8),
+                                               torch.Generator().manual_seed(0))
+    rows = [e for e in examples for _ in range(4)]
+    ours = task.reward(completions=batch.completions, answer=[e["answer"] for e in rows])
+    import pandas as pd
+    meta = pd.read_parquet(export.out_dir / "data" / "train.parquet").head(4)
+    theirs = []
+    for i in range(len(rows)):
+        r = meta.iloc[i // 4]
+        item = DataProto.from_dict(
+            tensors={"responses": batch.completion_ids[i:i + 1],
+                     "attention_mask": torch.cat([batch.prompt_mask, batch.completion_mask], -1)[i:i + 1]},
+            non_tensors={"data_source": np.array([r.data_source], dtype=object),
+                         "reward_model": np.array([dict(r.reward_model)], dtype=object),
+                         "extra_info": np.array([dict(r.extra_info)], dtype=object)})
+        theirs.append(manager.loop.run_until_complete(manager.run_single(item))["reward_score"])  # its own loop
+    assert theirs == ours
+    assert 0 < sum(ours) < len(ours), "the warm start should solve some prompts and miss others"
+
+
 def test_the_reward_file_passes_a_tasks_extra_columns(tmp_path):
     """countdown scores with its 'numbers' and 'target' columns, which travel in extra_info."""
     _verl()
