@@ -466,6 +466,45 @@ def test_import_metrics_reads_verls_file_logger_output(tmp_path, monkeypatch):
     assert not set(VERL_TO_RL_LAB_METRICS) & set(df.columns) - {"step"}
 
 
+def test_imported_names_mean_what_the_trainers_mean(tmp_path, monkeypatch):
+    """One rl_lab step; its batch and scores go through verl's own compute_data_metrics and FileLogger,
+    and the imported reward and length metrics equal the Trainer's for that step."""
+    _verl()
+    from verl import DataProto
+    from verl.trainer.ppo.metric_utils import compute_data_metrics
+    from verl.utils.tracking import FileLogger
+
+    from rl_lab.trainer import Trainer
+
+    trainer = Trainer(RLConfig(prompts_per_step=4, num_generations=4, device="cpu", progress_bar=False))
+    recorded = []
+    generate = trainer.engine.generate
+    monkeypatch.setattr(trainer.engine, "generate", lambda *a, **k: recorded.append(generate(*a, **k)) or recorded[-1])
+    ours = trainer.step()
+    batch = recorded[0]
+    answers = [r["answer"] for r in trainer.task.make_dataset(4, seed=0) for _ in range(4)]   # the step's prompts
+    assert [p for p in batch.prompts] == [r["prompt"] for r in trainer.task.make_dataset(4, seed=0) for _ in range(4)]
+    scores = torch.tensor(trainer.task.reward(completions=batch.completions, answer=answers))
+    mask = batch.completion_mask.float()
+    last = (mask.sum(-1).long() - 1).clamp(min=0)
+    token_scores = torch.zeros_like(mask)
+    token_scores[torch.arange(len(scores)), last] = scores                   # verl puts the score on the last token
+    data = DataProto.from_dict(tensors={
+        "responses": batch.completion_ids, "prompts": batch.prompt_ids, "response_mask": mask,
+        "attention_mask": torch.cat([batch.prompt_mask, batch.completion_mask], -1),
+        "token_level_scores": token_scores, "token_level_rewards": token_scores,
+        "advantages": torch.zeros_like(mask), "returns": torch.zeros_like(mask)})
+    path = tmp_path / "verl.jsonl"
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
+    logger = FileLogger("rl_lab", "test")
+    logger.log({"training/global_step": 1, **compute_data_metrics(data, use_critic=False)}, step=1)
+    logger.finish()
+    imported = read_verl_metrics(path).iloc[0]
+    for name in ("reward", "completions/mean_length", "completions/min_length", "completions/max_length",
+                 "completions/clipped_ratio"):
+        assert imported[name] == pytest.approx(ours[name], abs=1e-6), name
+
+
 def test_import_metrics_reads_verls_console_output(tmp_path, capsys):
     _verl()
     from verl.utils.logger import LocalLogger

@@ -641,7 +641,11 @@ VERL_TO_RL_LAB_METRICS = {
 }
 """verl metric -> Trainer.metrics() name.  rollout_corr/* and actor/pg_clipfrac, actor/ppo_kl,
 actor/pg_clipfrac_lower already have rl_lab's names (chapter 5's conformance); other verl metrics
-are kept under their own names."""
+are kept under their own names.  Two near-equivalences: verl's response_length/clip_ratio counts
+responses of exactly max length (one that ends in <eos> at the last position too), rl_lab's
+completions/clipped_ratio those without <eos>; verl's actor/kl_loss is aggregated with
+loss_agg_mode, rl_lab's kl is a token mean.  verl's names come from its source (metric_utils.
+compute_data_metrics, the actor's rename_dict(..., "actor/"), marked_timer names)."""
 
 
 def parse_console_line(line: str) -> tuple[int, dict] | None:
