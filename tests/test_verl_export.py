@@ -467,7 +467,8 @@ def test_import_metrics_reads_verls_file_logger_output(tmp_path, monkeypatch):
 
 
 def test_imported_names_mean_what_the_trainers_mean(tmp_path, monkeypatch):
-    """One rl_lab step; its batch and scores go through verl's own compute_data_metrics and FileLogger,
+    """One rl_lab step: its prompts are the first rows of the exported train.parquet; its batch and
+    scores go through verl's own compute_data_metrics and FileLogger,
     and the imported reward and length metrics equal the Trainer's for that step."""
     _verl()
     from verl import DataProto
@@ -482,8 +483,11 @@ def test_imported_names_mean_what_the_trainers_mean(tmp_path, monkeypatch):
     monkeypatch.setattr(trainer.engine, "generate", lambda *a, **k: recorded.append(generate(*a, **k)) or recorded[-1])
     ours = trainer.step()
     batch = recorded[0]
-    answers = [r["answer"] for r in trainer.task.make_dataset(4, seed=0) for _ in range(4)]   # the step's prompts
-    assert [p for p in batch.prompts] == [r["prompt"] for r in trainer.task.make_dataset(4, seed=0) for _ in range(4)]
+    import pandas as pd
+    export_verl(trainer.config, tmp_path / "export", with_model=False)
+    first = pd.read_parquet(tmp_path / "export" / "data" / "train.parquet").head(4)
+    assert [m[0]["content"] for m in first.prompt] == batch.prompts[::4]     # the export's rows are the Trainer's prompts
+    answers = [a for a in first.reward_model.map(lambda r: r["ground_truth"]) for _ in range(4)]
     scores = torch.tensor(trainer.task.reward(completions=batch.completions, answer=answers))
     mask = batch.completion_mask.float()
     last = (mask.sum(-1).long() - 1).clamp(min=0)
