@@ -270,7 +270,8 @@ def test_verl_dataset_and_rollout_tokenisation_give_rl_labs_prompt_ids(exported)
     tok = hf_tokenizer(export.overrides["actor_rollout_ref.model.tokenizer_path"])   # what verl loads
     text = "".join(CHARACTERS) + " 12 + 3 ="                    # every character, spaces kept
     assert tok(text)["input_ids"] == ours_tok(text)["input_ids"]
-    data_cfg = OmegaConf.create({"prompt_key": "prompt", "max_prompt_length": export.overrides["data.max_prompt_length"],
+    data_cfg = OmegaConf.create({"prompt_key": "prompt",
+                                 "max_prompt_length": export.overrides["data.max_prompt_length"],
                                  "filter_overlong_prompts": True, "filter_overlong_prompts_workers": 1,
                                  "truncation": "error", "cache_dir": str(export.out_dir / "cache")})
     for split in ("train", "val"):
@@ -486,7 +487,7 @@ def test_imported_names_mean_what_the_trainers_mean(tmp_path, monkeypatch):
     import pandas as pd
     export_verl(trainer.config, tmp_path / "export", with_model=False)
     first = pd.read_parquet(tmp_path / "export" / "data" / "train.parquet").head(4)
-    assert [m[0]["content"] for m in first.prompt] == batch.prompts[::4]     # the export's rows are the Trainer's prompts
+    assert [m[0]["content"] for m in first.prompt] == batch.prompts[::4]     # the Trainer's prompts
     answers = [a for a in first.reward_model.map(lambda r: r["ground_truth"]) for _ in range(4)]
     scores = torch.tensor(trainer.task.reward(completions=batch.completions, answer=answers))
     mask = batch.completion_mask.float()
