@@ -207,9 +207,10 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def check_kernel(argv: list[str] | None, resource_dir: str | None, interpreter: str,
-                 which=shutil.which) -> Check:
+                 which=shutil.which, prefix: str = sys.prefix) -> Check:
     """The `python3` kernel that JupyterLab and the book's build start must be this interpreter
-    (the one that has rl_lab).  `which` resolves a bare command name such as "python"."""
+    (the one that has rl_lab).  `which` resolves a bare command name such as "python"; a
+    kernelspec outside `prefix` (the environment's) shadows the environment's own."""
     fix = (f"register this interpreter as the python3 kernel: {interpreter} -m ipykernel install "
            f"--sys-prefix --name python3")
     if argv is None:
@@ -221,7 +222,7 @@ def check_kernel(argv: list[str] | None, resource_dir: str | None, interpreter: 
     found = f"{exe} (from {resource_dir})"
     if not _same_file(resolved, interpreter):
         shadow = ""
-        if resource_dir and not Path(resource_dir).resolve().is_relative_to(Path(sys.prefix).resolve()):
+        if resource_dir and not Path(resource_dir).resolve().is_relative_to(Path(prefix).resolve()):
             shadow = f"; or delete {resource_dir}, which shadows the venv's kernel"
         return Check("python3 kernel", FAIL, found + f", not {interpreter}", fix + shadow)
     return Check("python3 kernel", OK, found)

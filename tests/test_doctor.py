@@ -123,6 +123,9 @@ def test_kernel_pointing_at_another_interpreter_fails(tmp_path):
     # a bare command name is resolved on PATH
     assert check_kernel(["python", "-m", "ipykernel_launcher"], user_dir, me, which=lambda _: me).status == OK
     assert check_kernel(["python"], user_dir, me, which=lambda _: "/usr/bin/python3").status == FAIL
+    inside = check_kernel(["/usr/bin/python3"], str(tmp_path / "env/share/jupyter/kernels/python3"), me,
+                          prefix=str(tmp_path / "env"))
+    assert inside.status == FAIL and "shadows" not in inside.fix    # the env's own spec: reinstall only
     assert check_kernel(None, None, me).status == FAIL
     assert check_kernel([], user_dir, me).status == FAIL
 
