@@ -439,11 +439,13 @@ def test_verl_correction_configured_from_the_export_matches_rl_lab(name, recorde
 
 # ----------------------------------------------------------------------------- metrics back
 def _verl_style_records():
-    return [(1, {"training/global_step": 1, "critic/score/mean": 0.25, "response_length/mean": 4.5,
+    """Metrics as verl's trainer hands them to its loggers: floats, numpy scalars (reduce_metrics)."""
+    import numpy as np
+    return [(1, {"training/global_step": 1, "critic/score/mean": np.float64(0.25), "response_length/mean": 4.5,
                  "actor/entropy": 1.2, "actor/loss": -0.01, "actor/grad_norm": 0.3, "actor/lr": 5e-5,
                  "actor/pg_clipfrac": 0.0, "rollout_corr/k3_kl": 1e-4, "timing_s/step": 2.0}),
             (2, {"training/global_step": 2, "critic/score/mean": 0.5, "response_length/mean": 4.0,
-                 "actor/entropy": 1.1, "actor/loss": 0.02, "actor/grad_norm": 0.4, "actor/lr": 5e-5,
+                 "actor/entropy": 1.1, "actor/loss": 0.02, "actor/grad_norm": np.float32(0.4), "actor/lr": 5e-5,
                  "actor/pg_clipfrac": 0.1, "rollout_corr/k3_kl": 2e-4, "timing_s/step": 1.5}),
             (2, {"val-core/addition/reward/mean@1": 0.75})]
 
@@ -520,6 +522,7 @@ def test_import_metrics_reads_verls_console_output(tmp_path, capsys):
     path = tmp_path / "stdout.log"
     path.write_text(capsys.readouterr().out)
     df = read_verl_metrics(path)
+    assert "critic/score/mean:np.float64(0.25)" in path.read_text()          # what pprint prints
     assert list(df["reward"]) == [0.25, 0.5] and list(df["grad_norm"]) == [0.3, 0.4]
     assert df["val-core/addition/reward/mean@1"].iloc[1] == 0.75
 
@@ -548,7 +551,7 @@ def test_cli_export_and_import_metrics(tmp_path):
     assert "trainer.n_gpus_per_node=8" in (out / "command.sh").read_text()
     assert main(["export", "verl", "--out", str(tmp_path / "bad"), "--no-model", "--set", "dvp_min_p=0.1"]) == 2
     log = tmp_path / "verl.jsonl"
-    log.write_text("".join(json.dumps({"step": s, "data": d}) + "\n" for s, d in _verl_style_records()))
+    log.write_text("".join(json.dumps({"step": s, "data": d}, default=float) + "\n" for s, d in _verl_style_records()))
     assert main(["import-metrics", str(log), "--out", str(tmp_path / "run")]) == 0
     df = read_metrics(tmp_path / "run" / "metrics.jsonl")
     assert list(df["reward"]) == [0.25, 0.5]

@@ -658,10 +658,11 @@ def parse_console_line(line: str) -> tuple[int, dict] | None:
     data = {}
     for part in line[m.end():].split(" - ") if line[m.end():] else []:
         key, sep, value = part.rpartition(":")
-        if not sep:
+        number = re.fullmatch(r"(?:np\.\w+\()?([^()]*)\)?", value.strip())   # pprint of numpy: np.float64(0.25)
+        if not sep or number is None:
             continue
         try:
-            data[key] = float(value)
+            data[key] = float(number.group(1))
         except ValueError:
             continue
     return int(m.group(1)), data
