@@ -207,6 +207,9 @@ def test_verl_composes_the_exported_command_line_into_its_dataclasses(name, node
         assert not need_critic(composed)
     assert need_reference_policy(composed) == (cfg.beta > 0)
     validate_config(composed, use_reference_policy=cfg.beta > 0, use_critic=False)
+    from omegaconf import OmegaConf                          # overrides.yaml merged onto verl's defaults:
+    merged = OmegaConf.merge(compose([]), OmegaConf.load(tmp_path / "overrides.yaml"))   # the same config
+    assert OmegaConf.to_container(merged) == OmegaConf.to_container(composed)
     for key, value in export.overrides.items():          # every key landed, with its type
         node = composed
         for part in key.split("."):
