@@ -11,8 +11,8 @@ if [ ! -f "$ws/model.safetensors" ]; then
   echo "[model_size] warm start: $(( $(date +%s) - t0 )) s"
 fi
 # Order changed after the first run (NOTES.md): the fresh sampler collapsed at lr 5e-4, so the
-# lower learning rates run first.
-for spec in map_staleness_lr2e-4 map_staleness_lr1e-4 map_staleness_lr5e-4 map_bf16_lr5e-4 map_fresh_lr1e-3; do
+# lower learning rates run first, and bf16 runs at lr 1e-4 instead of 5e-4.
+for spec in map_staleness_lr2e-4 map_staleness_lr1e-4 map_bf16_lr1e-4 map_staleness_lr5e-4; do
   t0=$(date +%s)
   .venv/bin/rl-lab sweep "research/model_size/$spec.yaml" --workers 1 --threads 1 --no-progress
   echo "[model_size] $spec: $(( $(date +%s) - t0 )) s"

@@ -25,7 +25,7 @@ SMALL = {  # 0.3M results on addition, the same recipe otherwise
     "staleness": ROOT / "research/stability_map/results/staleness_lr/results.csv",
     "bf16": ROOT / "research/long_completions/results/addition_bf16/results.csv",
 }
-BLOCKS = ("staleness_lr5e-4", "staleness_lr2e-4", "bf16_lr5e-4", "fresh_lr1e-3")
+BLOCKS = ("staleness_lr5e-4", "staleness_lr2e-4", "staleness_lr1e-4", "bf16_lr1e-4")
 
 
 def source_of(row) -> str:
