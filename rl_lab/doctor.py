@@ -130,10 +130,11 @@ def _torch_satisfies(torch_version: str, pin: str) -> bool:
 
 
 def check_vllm(version: str | None, torch_version: str | None, torch_pin: list[str],
-               import_error: str | None = None) -> Check:
+               import_error: str | None = None, imported: bool = False) -> Check:
     """vLLM is optional (only the vLLM sampler uses it); when present it must have been built for
     the installed torch, or importing it breaks torch (and transformers).  `import_error` is the
-    result of a real import in a child process (--import-vllm), None when not tried or clean."""
+    result of a real import in a child process (--import-vllm), None when not tried or clean;
+    `imported` says that import was tried."""
     if version is None:
         return Check("vllm", OK, "not installed (optional: only use_vllm=true needs it)")
     found = f"{version}" + (f", built for torch {', '.join(torch_pin)}" if torch_pin else "")
@@ -149,7 +150,7 @@ def check_vllm(version: str | None, torch_version: str | None, torch_pin: list[s
         return Check("vllm", WARN, found,
                      f"rl_lab's vLLM engine uses vLLM internals tested with {TESTED_VLLM}: "
                      f"bash tools/install_vllm.sh .venv")
-    return Check("vllm", OK, found)
+    return Check("vllm", OK, found + ("; imports beside torch and transformers" if imported else ""))
 
 
 def check_torchvision(version: str | None, torch_version: str | None, torch_pin: list[str]) -> Check:
@@ -319,6 +320,7 @@ class Facts:
     kernel_argv: list[str] | None
     kernel_dir: str | None
     vllm_import_error: str | None = None
+    vllm_imported: bool = False
     step_ms: float | None = None
     step_threads: int | None = None
     notes: list[str] = field(default_factory=list)
@@ -345,6 +347,7 @@ def gather_facts(disk_path: str = ".", import_vllm: bool = False, timing_steps: 
     facts.kernel_argv, facts.kernel_dir = python3_kernelspec()
     if import_vllm and has_vllm:
         facts.vllm_import_error = import_vllm_error()
+        facts.vllm_imported = True
     if timing_steps and torch_version is not None:
         try:
             facts.step_ms, facts.step_threads = time_rl_steps(timing_steps)
@@ -359,7 +362,8 @@ def run_checks(facts: Facts, timing: bool = True) -> list[Check]:
         check_python(facts.python_version, facts.executable),
         check_torch(facts.torch_version),
         check_threads(facts.torch_threads, facts.cpu_count, facts.omp_env),
-        check_vllm(facts.vllm_version, facts.torch_version, facts.vllm_torch_pin, facts.vllm_import_error),
+        check_vllm(facts.vllm_version, facts.torch_version, facts.vllm_torch_pin, facts.vllm_import_error,
+                   facts.vllm_imported),
         check_torchvision(facts.torchvision_version, facts.torch_version, facts.torchvision_torch_pin),
         check_verl(facts.verl_version),
     ]

@@ -74,6 +74,8 @@ def test_torch_pins_keep_the_requirements_whose_markers_hold_and_drop_extras():
 def test_vllm_is_optional_and_must_match_torch():
     assert check_vllm(None, "2.13.0+cpu", []).status == OK
     assert check_vllm("0.32.0", "2.13.0+cpu", ["==2.13.0+cpu"]).status == OK
+    imported = check_vllm("0.32.0", "2.13.0+cpu", ["==2.13.0+cpu"], imported=True)
+    assert imported.status == OK and "imports beside torch" in imported.found
     wrong_torch = check_vllm("0.32.0", "2.12.0+cpu", ["==2.13.0+cpu"])
     assert wrong_torch.status == FAIL and "install_vllm.sh" in wrong_torch.fix
     assert check_vllm("0.31.0", "2.13.0+cpu", ["==2.13.0+cpu"]).status == WARN
