@@ -325,7 +325,12 @@ def test_toc_lists_pages():
 def test_config_uses_vendored_assets(vendor_dir):
     cfg = yaml.safe_load((REPO / "_config.yml").read_text(encoding="utf-8"))
     sph = cfg["sphinx"]["config"]
-    assert sph["html_static_path"] == ["_vendor"], "vendored assets must be served from _vendor/"
+    static = sph["html_static_path"]
+    assert static[0] == "_vendor", "vendored assets must be served from _vendor/"
+    for folder in static:   # local folders only; the book's own CSS (book/css) may sit beside _vendor
+        assert not _is_external(folder) and (REPO / folder).is_dir(), f"html_static_path: {folder}"
+    for css in sph.get("html_css_files", []):
+        assert any((REPO / folder / css).is_file() for folder in static), f"html_css_files: {css} not found"
     assert not (REPO / "_static").exists(), "_static/ makes Jupyter Book inject every .js in it into every page"
     assert not _is_external(sph["mathjax_path"]) and (vendor_dir / sph["mathjax_path"]).is_file()
     for js in sph["nb_ipywidgets_js"]:
