@@ -54,6 +54,13 @@ def _check_range(obj, name: str, lo=None, hi=None, lo_open=False, hi_open=False)
                           f"{hi if hi is not None else 'inf'}{right}")
 
 
+def _check_min_tokens(obj) -> None:
+    _check_range(obj, "min_tokens", lo=0)
+    if obj.min_tokens > obj.max_completion_length:
+        raise ConfigError(f"{type(obj).__name__}.min_tokens={obj.min_tokens} exceeds max_completion_length="
+                          f"{obj.max_completion_length}: lower min_tokens or raise max_completion_length")
+
+
 def _check_types(obj) -> None:
     """Fields annotated `int` hold integers (not floats, strings or bools: `num_iterations=2.0`
     would pass a range check and then fail in `range`), `bool` fields hold True or False (not 1 or
@@ -125,9 +132,13 @@ class SamplingConfig(_Validated):
     """Keep only the k most likely tokens; 0 turns it off."""
     min_p: float = 0.0
     """Keep only tokens with p >= min_p * p_max (vLLM's min_p); 0 turns it off."""
+    min_tokens: int = 0
+    """<eos> cannot be sampled before this many tokens (vLLM's min_tokens, HF's min_new_tokens);
+    0 turns it off.  max_completion_length = min_tokens forces every completion to that length."""
 
     def validate(self):
         _check_range(self, "max_completion_length", lo=1)
+        _check_min_tokens(self)
         _check_range(self, "temperature", lo=0, lo_open=True)
         _check_range(self, "top_p", lo=0, hi=1, lo_open=True)
         _check_range(self, "top_k", lo=0)
@@ -172,6 +183,9 @@ class RLConfig(_Validated):
     it and scores at `temperature` (a temperature set in the inference engine only).  None: off."""
     min_p: float = 0.0
     """Sampler-only truncation: keep tokens with p >= min_p * p_max (the trainer does not)."""
+    min_tokens: int = 0
+    """The sampler cannot end a completion before this many tokens (vLLM's min_tokens): <eos> is
+    removed from mu there, not from pi.  For benchmarks at a fixed completion length; 0: off."""
     # --- advantages and loss ------------------------------------------------------------
     advantage_estimator: str = "grpo"
     """verl's names: grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline,
@@ -287,6 +301,7 @@ class RLConfig(_Validated):
                 raise ConfigError(f"rollout_rs={self.rollout_rs!r} needs the sampler's full distributions, "
                                   "which vLLM does not return; use a k1/k2/k3 option or use_vllm=False")
         _check_range(self, "min_p", lo=0, hi=1, hi_open=True)
+        _check_min_tokens(self)
         _check_range(self, "dvp_min_p", lo=0, hi=1, hi_open=True)
         _check_choice(self, "advantage_estimator", ADV_ESTIMATORS)
         _check_range(self, "gamma", lo=0, hi=1)
@@ -331,7 +346,7 @@ class RLConfig(_Validated):
     def sampling(self) -> SamplingConfig:
         return SamplingConfig(max_completion_length=self.max_completion_length,
                               temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
-                              min_p=max(self.min_p, self.dvp_min_p))
+                              min_p=max(self.min_p, self.dvp_min_p), min_tokens=self.min_tokens)
 
 
 @dataclass

@@ -103,3 +103,12 @@ def test_cli_turns_model_and_task_errors_into_exit_2(capsys, tmp_path):
         assert err.startswith("rl-lab: config error:") and "Traceback" not in err, err
         assert all(w in err for w in words), (argv, err)
     assert not (tmp_path / "run").exists()        # nothing was started
+
+
+def test_min_tokens_reaches_the_sampler_and_cannot_exceed_the_length():
+    assert RLConfig(max_completion_length=12, min_tokens=12).sampling().min_tokens == 12
+    for cls in (RLConfig, SamplingConfig):
+        with pytest.raises(ConfigError, match="min_tokens=20 exceeds max_completion_length=16"):
+            cls(max_completion_length=16, min_tokens=20)
+        with pytest.raises(ConfigError, match="min_tokens"):
+            cls(min_tokens=-1)

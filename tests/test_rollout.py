@@ -229,3 +229,34 @@ def test_static_decoder_attends_over_the_filled_blocks_only_with_the_same_logits
     assert worst < (1e-5 if dtype == torch.float32 else 0.05), worst
     assert calls[:2 * 5:2] == [8, 8, 8, 8, 16]               # P=4 filled: steps 0-3 see 8 keys, step 4 sees 16
     assert calls[-2] == P + T and all(c == P + T for c in calls[1::2])   # capped at the cache; whole: always S
+
+
+class EagerToEnd(HFEngine):
+    """An engine whose model wants to stop at once: <eos> gets +12 on its logit."""
+
+    def perturb_logits(self, logits, generator):
+        return logits.index_add(-1, torch.tensor([self.tokenizer.eos_token_id]),
+                                torch.full((len(logits), 1), 12.0))
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_min_tokens_holds_eos_back_and_forces_a_length(tiny, fast):
+    model, tok = tiny
+    engine = EagerToEnd(model, tok)
+    engine.fast = fast
+    eos = tok.eos_token_id
+    free = _gen(engine)
+    assert free.completion_mask.sum(1).float().mean() < 1.5            # it stops at once ...
+    held = _gen(engine, min_tokens=5)
+    lengths = held.completion_mask.sum(1)
+    assert lengths.min() >= 6 and lengths.float().mean() < 6.5         # ... or right after min_tokens
+    assert not (held.completion_ids[:, :5] == eos).any()
+    # mu before min_tokens is the model's distribution with <eos> removed, renormalised
+    with torch.no_grad():
+        lp, lp_all = sequence_logprobs(model, held.prompt_ids, held.prompt_mask, held.completion_ids,
+                                       return_all=True)                     # (B, T), (B, T, V)
+    renormalised = lp[:, :5] - torch.log1p(-lp_all[:, :5, eos].exp())
+    assert (held.sampler_logprobs[:, :5] - renormalised).abs().max() < 1e-4
+    forced = _gen(engine, min_tokens=10)                                # = max_completion_length
+    assert forced.completion_mask.sum(1).tolist() == [10] * len(forced.completion_ids)
+    assert forced.is_truncated.all() and not (forced.completion_ids == eos).any()

@@ -214,6 +214,8 @@ class HFEngine:
                         use_cache=True, logits_to_keep=1)
             cache, logits = returned_cache(out), out.logits[:, -1]
         for t in range(T):
+            if t < sampling.min_tokens:   # vLLM's min_tokens: no <eos> yet
+                logits = logits.index_fill(-1, torch.tensor([eos], device=device), float("-inf"))
             logp = process_logits(self.perturb_logits(logits, generator), sampling)  # (B, V)
             if full is not None:
                 full.append(logp)

@@ -164,7 +164,8 @@ class VLLMEngine:
         return SamplingParams(
             n=n, max_tokens=sampling.max_completion_length, temperature=sampling.temperature,
             top_p=sampling.top_p, top_k=sampling.top_k if sampling.top_k > 0 else -1,
-            min_p=getattr(sampling, "min_p", 0.0), logprobs=0, seed=seed, detokenize=False,
+            min_p=getattr(sampling, "min_p", 0.0), min_tokens=sampling.min_tokens, logprobs=0, seed=seed,
+            detokenize=False,
             stop_token_ids=[self.tokenizer.eos_token_id], skip_special_tokens=False)
 
     @torch.no_grad()

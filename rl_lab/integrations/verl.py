@@ -159,6 +159,8 @@ VERL_FIELD_MAP: tuple[FieldMap, ...] = (
     _refused("sampler_temperature", "an injector (a temperature only the sampler knows): verl passes one "
              "temperature to both sampler and trainer", lambda v: v is None),
     _refused("min_p", "verl 0.9.1's rollout config has no min_p", lambda v: v == 0),
+    _refused("min_tokens", "verl 0.9.1's rollout config has no min_tokens (a benchmark setting here)",
+             lambda v: v == 0),
     # --- advantages and loss ------------------------------------------------------------------------
     FieldMap("advantage_estimator", _E, ("algorithm.adv_estimator", f"{ACTOR}.calculate_sum_pi_squared"),
              "the same names as verl's AdvantageEstimator; optimal_token_baseline also turns on the actor's "
