@@ -211,6 +211,10 @@ class RLConfig(_Validated):
     """KL(pi || pi_ref) coefficient (k3 estimator); 0 loads no reference model."""
     mask_truncated_completions: bool = False
     """Drop completions that hit max_completion_length without <eos> from the loss."""
+    mask_void_turns: bool = False
+    """SimpleTIR's filter (its name): drop every episode with a void turn (neither a tool call nor an
+    answer) from the loss and from the group statistics, counted as filter/void_trajectories.
+    Without an environment the one turn is void when it was cut by the length limit."""
     # --- off-policy correction hook (rl_lab.corrections; verl's rollout_correction) -------
     rollout_is: str | None = None
     """Importance weights pi/mu between trainer and sampler: None, "token" or "sequence"."""

@@ -4,7 +4,8 @@ Each task generates seeded prompts with a difficulty knob and scores completions
 reward function in TRL's signature: ``reward(prompts, completions, answer, **kwargs) ->
 list[float]`` (extra dataset columns arrive as keyword arguments).
 
-Chapter 1 and lab 1 use them.
+Chapter 1 and lab 1 use them.  `MultiplicationTool` is a tool task: its `environment` (a
+calculator behind text delimiters) makes every completion a multi-turn episode.
 """
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
+
+from rl_lab.agents.episodes import ToolEnvironment
+from rl_lab.agents.registry import run_tool
+from rl_lab.agents.result import ToolResult
 
 
 @dataclass
@@ -301,9 +306,163 @@ class ScratchpadAddition(Task):
         return [0.0] * len(completion.strip()) + [float(self.score(completion, example))]
 
 
+TOOL_OUTPUT_STYLES = ("plain", "ood")
+
+
+@dataclass(frozen=True)
+class GroupedNumberEnvironment(ToolEnvironment):
+    """A `ToolEnvironment` whose observations write integers with thousands separators
+    ("9716" -> "9,716"); any other output (an error message, a float) is left as it is.  The
+    out-of-distribution tool output of `MultiplicationTool(tool_output_style="ood")`."""
+
+    def observation(self, result: ToolResult) -> str:
+        return super().observation(dataclasses.replace(result, output=group_thousands(result.output)))
+
+
+def group_thousands(text: str) -> str:
+    """"9716" -> "9,716", "-1234567" -> "-1,234,567"; text that is not an integer is unchanged."""
+    body = text[1:] if text.startswith("-") else text
+    if not body.isdigit():
+        return text
+    return f"{int(text):,}"
+
+
+@dataclass
+class MultiplicationTool(Task):
+    """A tool task: "347*28=" -> the episode "(347*28)=9716|9716".
+
+    The model writes a calculator call between "(" and ")", the environment appends the tool's
+    output between "=" and "|" (environment tokens: not sampled, not trained on), and the model
+    copies the product as its answer.  The character tokenizer has no "<", hence these
+    delimiters.  A 0.3M model cannot multiply a 3-digit by a 2-digit number on its own (without
+    the tool its success is near 0); with the tool the task is two copies.
+
+    Knobs: `digits_a`, `digits_b` (operand lengths); `max_turns` (K = 2: one call, then the
+    answer; 1: the call is not executed, so the model must write the product itself);
+    `tool_output_style` "plain" ("=9716|") or "ood" ("=9,716|": thousands separators the warm
+    start never saw, SimpleTIR's out-of-distribution tool output); `call_reward`, a reward for a
+    first turn that is a well-formed call (one the calculator accepts), added to the answer's.
+
+    `score` reads only the answer, the text after the last "|" (or the whole completion when it
+    has no "|"): a product written without the tool counts too.  `turn_rewards` splits the
+    reward by model turn: [call reward, answer reward] for an episode with a call, [answer
+    reward] without one."""
+    digits_a: int = 3
+    digits_b: int = 2
+    max_turns: int = 2
+    tool_output_style: str = "plain"
+    call_reward: float = 0.0
+    name = "multiplication_tool"
+
+    def __post_init__(self):
+        for knob in ("digits_a", "digits_b"):
+            value = getattr(self, knob)
+            if not isinstance(value, int) or not 1 <= value <= 6:
+                raise ValueError(f"MultiplicationTool.{knob}={value!r} must be an integer in [1, 6]")
+        if not isinstance(self.max_turns, int) or not 1 <= self.max_turns <= 8:
+            raise ValueError(f"MultiplicationTool.max_turns={self.max_turns!r} must be an integer in [1, 8] "
+                             "(2: one call, then the answer)")
+        if self.tool_output_style not in TOOL_OUTPUT_STYLES:
+            raise ValueError(f"MultiplicationTool.tool_output_style={self.tool_output_style!r}: choose one of "
+                             f"{list(TOOL_OUTPUT_STYLES)}")
+        if not 0 <= self.call_reward <= 1:
+            raise ValueError(f"MultiplicationTool.call_reward={self.call_reward!r} must be in [0, 1]")
+        if self.reward_mode != "exact":
+            raise ValueError(f"reward_mode={self.reward_mode!r}: MultiplicationTool supports only 'exact'")
+
+    @property
+    def environment(self) -> ToolEnvironment:
+        """The calculator behind "(" ")" for the call and "=" "|" for its output, K = max_turns."""
+        kind = GroupedNumberEnvironment if self.tool_output_style == "ood" else ToolEnvironment
+        return kind(tool="calculator", max_turns=self.max_turns, call_open="(", call_close=")",
+                    output_open="=", output_close="|")
+
+    def sample(self, rng):
+        a = int(rng.integers(10 ** (self.digits_a - 1) if self.digits_a > 1 else 0, 10 ** self.digits_a))
+        b = int(rng.integers(10 ** (self.digits_b - 1) if self.digits_b > 1 else 0, 10 ** self.digits_b))
+        return {"prompt": f"{a}*{b}=", "answer": str(a * b)}
+
+    def model_turns(self, example: dict) -> list[str]:
+        """What the model writes in each turn of the demonstration: the call, then the answer."""
+        env = self.environment
+        return [f"{env.call_open}{example['prompt'].rstrip('=')}{env.call_close}", example["answer"]]
+
+    def trace_segments(self, example: dict) -> list[tuple[str, bool]]:
+        """The demonstration as (text, is_environment) pieces: each model turn, and after every
+        call but the last turn's the real tool's output as the environment formats it."""
+        env, turns = self.environment, self.model_turns(example)
+        segments = []
+        for k, turn in enumerate(turns):
+            segments.append((turn, False))
+            call = env.parse_call(turn) if k < len(turns) - 1 and k < env.max_turns - 1 else None
+            if call is not None:
+                segments.append((env.observation(run_tool(env.tool, call)), True))
+        return segments
+
+    def target(self, example):
+        return "".join(text for text, _ in self.trace_segments(example))
+
+    @property
+    def max_answer_length(self):
+        """Tokens in the longest episode: call, tool output (with separators), answer."""
+        product = self.digits_a + self.digits_b
+        call = 1 + self.digits_a + 1 + self.digits_b + 1
+        output = 1 + product + ((product - 1) // 3 if self.tool_output_style == "ood" else 0) + 1
+        return call + output + product
+
+    def split_episode(self, completion: str) -> tuple[str | None, str]:
+        """(the first turn's call or None, the answer text).  The call is the text between the
+        first "(" and the first ")" when the completion starts with it; the answer is what
+        follows the last "|" (all of the completion when there is none)."""
+        env, text = self.environment, completion.strip()
+        call = None
+        if text.startswith(env.call_open) and env.call_close in text:
+            call = text[len(env.call_open): text.index(env.call_close)]
+        answer = text.rsplit(env.output_close, 1)[1] if env.output_close in text else text
+        return call, answer.strip()
+
+    def answer_correct(self, completion: str, example: dict) -> bool:
+        return self.split_episode(completion)[1] == example["answer"]
+
+    def well_formed_call(self, completion: str) -> bool:
+        """The first turn is a call the calculator accepts."""
+        call, _ = self.split_episode(completion)
+        return call is not None and run_tool("calculator", call).ok
+
+    def turn_rewards(self, completion: str, example: dict) -> list[float]:
+        """Per model turn: [call_reward if the call is well formed, 1 if the answer is right]
+        for an episode that starts with a call; [1 if the answer is right] otherwise."""
+        answer = float(self.answer_correct(completion, example))
+        if self.split_episode(completion)[0] is None:
+            return [answer]
+        return [self.call_reward * self.well_formed_call(completion), answer]
+
+    def score(self, completion, example):
+        return float(sum(self.turn_rewards(completion, example)))
+
+    def token_rewards(self, completion, example):
+        return [0.0] * len(completion.strip()) + [float(self.score(completion, example))]
+
+
+def turn_reward_metrics(task: Task, completions: list[str], columns: dict[str, list]) -> dict[str, float]:
+    """{"rewards/turn_<k>/mean": mean reward of model turn k over the episodes that reached it}
+    for a task with `turn_rewards` (per-turn rewards); {} for any other task."""
+    if not hasattr(task, "turn_rewards"):
+        return {}
+    sums: dict[int, float] = {}
+    counts: dict[int, int] = {}
+    for i, completion in enumerate(completions):
+        example = {k: v[i] for k, v in columns.items()}
+        for k, r in enumerate(task.turn_rewards(completion, example)):
+            sums[k] = sums.get(k, 0.0) + float(r)
+            counts[k] = counts.get(k, 0) + 1
+    return {f"rewards/turn_{k}/mean": sums[k] / counts[k] for k in sorted(sums)}
+
+
 TASKS: dict[str, type[Task]] = {"addition": Addition, "reversal": Reversal,
                                 "sorting": Sorting, "countdown": Countdown,
-                                "scratchpad": ScratchpadAddition}
+                                "scratchpad": ScratchpadAddition,
+                                "multiplication_tool": MultiplicationTool}
 
 
 def get_task(name: str, **kwargs) -> Task:

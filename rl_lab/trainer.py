@@ -31,6 +31,7 @@ import yaml
 from rl_lab.algos.advantages import sum_pi_squared, token_advantages
 from rl_lab.algos.grpo import aggregate_loss, kl_k3, sequence_logprobs
 from rl_lab.algos.modes import bypass_policy_loss, decoupled_policy_loss
+from rl_lab.algos.simpletir import drop_void_trajectories
 from rl_lab.config import ConfigError, RLConfig, SamplingConfig
 from rl_lab.corrections import rollout_correction, token_kl
 from rl_lab.engines.injectors import MismatchEngine, make_engine
@@ -248,7 +249,8 @@ class Trainer:
         finite_mu = (torch.isfinite(mu) | ~mask).all(-1)                                 # (B,)
         finite_pi = (torch.isfinite(old_logp) | ~mask).all(-1)
         valid = torch.isfinite(rewards) & finite_mu & finite_pi & nonempty               # (B,)
-        mask &= valid[:, None]
+        trains, filter_metrics = self._void_filter(batch, valid)     # by design, not faults: filter/
+        mask &= trains[:, None]
         rollout_logp = torch.where(mask, mu, torch.zeros_like(old_logp))
         old_logp_safe = torch.where(mask, old_logp, torch.zeros_like(old_logp))
         counted = mask.clone()
@@ -260,7 +262,7 @@ class Trainer:
                 old_logp_safe, rollout_logp, mask, **self._correction_kwargs(batch, logp_all))
 
         # ADVANTAGES, per token; like verl they see the corrected mask and weights
-        advantages = token_advantages(cfg.advantage_estimator, rewards, mask, batch.group_ids, valid,
+        advantages = token_advantages(cfg.advantage_estimator, rewards, mask, batch.group_ids, trains,
                                       cfg.scale_rewards, cfg.gamma, old_logp_safe,
                                       self._collision_probs(logp_all), is_weights)       # (B, T)
         ref_logp = None
@@ -312,7 +314,7 @@ class Trainer:
                                      old_logp_safe - rollout_logp, outside, finite_mu & finite_pi, nonempty)
         metrics.update({"loss": loss_value, "grad_norm": grad_norm, "faults/skipped_steps": skipped,
                         **({"kl": kl_value} if kl_value is not None else {}), **corr_metrics, **pg_metrics,
-                        **(batch.episode_metrics or {})})
+                        **(batch.episode_metrics or {}), **filter_metrics})
         t1 = time.perf_counter()
         metrics.update({"time/rollout": t_rollout - t0, "time/update": t1 - t_rollout, "step_time": t1 - t0})
         if cfg.eval_steps and self.global_step % cfg.eval_steps == 0:
@@ -320,6 +322,14 @@ class Trainer:
             metrics.update(self.evaluate())
             metrics["time/eval"] = time.perf_counter() - t2
         return metrics
+
+    def _void_filter(self, batch: RolloutBatch, valid):
+        """(B,) rows that train and the filter's metrics: `valid` less, with mask_void_turns, the
+        episodes with a void turn (SimpleTIR); a single-turn batch's void turn is a truncated one."""
+        if not self.config.mask_void_turns:
+            return valid, {}
+        void = batch.has_void_turn if batch.has_void_turn is not None else batch.is_truncated
+        return drop_void_trajectories(valid, void)
 
     def _needs_full_logprobs(self) -> bool:
         """Whether a configured estimator reads pi's whole distribution per token: the optimal

@@ -21,6 +21,7 @@ Lab 1 (labs/lab01_first_rl_run.md) explains why RL needs a warm start and how th
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import math
@@ -59,6 +60,11 @@ SHIPPED: dict[str, WarmStartConfig] = {
     # (~5-8 minutes on one core), so it evaluates every 20 steps rather than 5.
     "scratchpad-0.3M": WarmStartConfig(task="scratchpad", task_kwargs={"digits": 5}, steps=3000,
                                        target_success=TARGET_SUCCESS, eval_every=20),
+    # The tool task (issue 17): multi-turn demonstrations "(347*28)=9716|9716" whose tool output
+    # "=9716|" comes from the real calculator and is masked from the loss.  About a minute to build.
+    "multiplication_tool-0.3M": WarmStartConfig(task="multiplication_tool",
+                                                task_kwargs={"digits_a": 3, "digits_b": 2},
+                                                steps=1500, target_success=TARGET_SUCCESS),
 }
 CI_REBUILT: tuple[str, ...] = ("addition-0.3M",)
 """The shipped checkpoints the test suite rebuilds (tests/conftest.py `rebuilt_warm_start`, the
@@ -85,14 +91,36 @@ def machine_signature() -> dict:
             "threads": torch.get_num_threads()}
 
 
+def target_segments(task, example) -> list[tuple[str, bool]]:
+    """The demonstration as (text, is_environment) pieces.  A tool task (one with
+    `trace_segments`) gives its model turns with the real tool's output between them, as the
+    environment formats it; any other task gives its whole `target` as one model piece."""
+    if hasattr(task, "trace_segments"):
+        return task.trace_segments(example)
+    return [(task.target(example), False)]
+
+
+def sft_example(tok, task, example) -> tuple[list[int], list[int]]:
+    """(ids, labels) of prompt + demonstration + <eos>.  Labels are -100 on the prompt and on
+    the environment's tokens (a tool's output conditions what follows but is never trained
+    on: the model does not learn to write it), the ids elsewhere."""
+    ids = tok(example["prompt"])["input_ids"]
+    labels = [-100] * len(ids)
+    for text, is_env in target_segments(task, example):
+        piece = tok(text, add_special_tokens=False)["input_ids"]
+        ids += piece
+        labels += [-100] * len(piece) if is_env else piece
+    return ids + [tok.eos_token_id], labels + [tok.eos_token_id]
+
+
 def sft_batch(tok, task, examples):
-    """Right-padded prompt+answer+<eos> ids, attention mask and labels (-100 off the answer)."""
+    """Right-padded prompt+answer+<eos> ids, attention mask and labels (-100 off the answer,
+    and off a tool's output in a multi-turn demonstration: `sft_example`)."""
     ids, labels = [], []
     for e in examples:
-        p = tok(e["prompt"])["input_ids"]
-        a = tok(task.target(e), add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-        ids.append(p + a)
-        labels.append([-100] * len(p) + a)
+        x, y = sft_example(tok, task, e)
+        ids.append(x)
+        labels.append(y)
     L = max(map(len, ids))
     input_ids = torch.full((len(ids), L), tok.pad_token_id)
     label_t = torch.full((len(ids), L), -100)
@@ -144,13 +172,17 @@ def warm_start(cfg: WarmStartConfig, progress: bool = True) -> WarmStartResult:
 
 @torch.no_grad()
 def success_rate(model, tok, task, n: int = 256, seed: int = REPORT_SET_SEED, greedy: bool = False,
-                 max_completion_length: int | None = None) -> float:
-    """Mean reward on n fresh prompts, sampling at temperature 1 (or greedily)."""
+                 max_completion_length: int | None = None, environment="task") -> float:
+    """Mean reward on n fresh prompts, sampling at temperature 1 (or greedily).  A tool task's
+    completions are multi-turn episodes in its own `environment`; pass another
+    (rl_lab.agents.ToolEnvironment, e.g. with max_turns=1: no call is executed) or None."""
     examples = task.make_dataset(n, seed=seed)
     sampling = SamplingConfig(max_completion_length=max_completion_length or task.max_answer_length + 2,
                               top_k=1 if greedy else 0)
+    env = getattr(task, "environment", None) if isinstance(environment, str) and environment == "task" \
+        else environment
     batch = HFEngine(model, tok).generate([e["prompt"] for e in examples], 1, sampling,
-                                          torch.Generator().manual_seed(seed))
+                                          torch.Generator().manual_seed(seed), environment=env)
     cols = {k: [e[k] for e in examples] for k in examples[0] if k != "prompt"}
     return float(np.mean(task.reward(prompts=batch.prompts, completions=batch.completions, **cols)))
 
@@ -168,12 +200,17 @@ def build_checkpoint(cfg: WarmStartConfig, out: Path, progress: bool = True) -> 
         res.model.save_pretrained(out, safe_serialization=True)
     res.tokenizer.save_pretrained(out)
     task = get_task(cfg.task, **cfg.task_kwargs)
-    return {"config": cfg.to_dict(), "sha256": sha256(out / "model.safetensors"),
+    info = {"config": cfg.to_dict(), "sha256": sha256(out / "model.safetensors"),
             "stopped_at_step": res.stopped_at, "stop_set_success": res.stop_success,
             "final_loss": round(res.losses[-1], 4),
             "success_sampled": success_rate(res.model, res.tokenizer, task, n=REPORT_PROMPTS),
-            "success_greedy": success_rate(res.model, res.tokenizer, task, n=REPORT_PROMPTS, greedy=True),
-            "machine": machine_signature(), "seconds": round(time.perf_counter() - t0, 1)}
+            "success_greedy": success_rate(res.model, res.tokenizer, task, n=REPORT_PROMPTS, greedy=True)}
+    env = getattr(task, "environment", None)
+    if env is not None:   # a tool task: the same prompts with the call never executed
+        info["success_sampled_without_tool"] = success_rate(res.model, res.tokenizer, task, n=REPORT_PROMPTS,
+                                                            environment=dataclasses.replace(env, max_turns=1))
+    info.update({"machine": machine_signature(), "seconds": round(time.perf_counter() - t0, 1)})
+    return info
 
 
 def compare_with_manifest(built: dict, recorded: dict,

@@ -48,7 +48,8 @@ def _measured_success(model, tok, task, greedy: bool, n: int = 1024, seed: int =
     examples = task.make_dataset(n, seed=seed)
     sampling = SamplingConfig(max_completion_length=task.max_answer_length + 2, top_k=1 if greedy else 0)
     batch = HFEngine(model, tok).generate([e["prompt"] for e in examples], 1, sampling,
-                                          torch.Generator().manual_seed(seed))
+                                          torch.Generator().manual_seed(seed),
+                                          environment=getattr(task, "environment", None))   # a tool task's episodes
     cols = {k: [e[k] for e in examples] for k in examples[0] if k != "prompt"}
     return float(sum(task.reward(prompts=batch.prompts, completions=batch.completions, **cols)) / n)
 

@@ -128,6 +128,14 @@ class Episodes:
                 self.turn[b] += 1
                 self.turn_tokens[b] = []
 
+    def void_rows(self, has_eos: torch.Tensor) -> torch.Tensor:
+        """(B,) bool once sampling is over: the rows whose episode has a void turn (SimpleTIR), a
+        turn that ended in neither a tool call nor an answer (<eos>).  Every turn but the last ends
+        in a call, so this is the last turn cut by the length limit."""
+        eos = has_eos.cpu().tolist()
+        void = [not eos[b] and not self.ended_with_call[b] for b in range(self.B)]
+        return torch.tensor(void, dtype=torch.bool, device=has_eos.device)
+
     def finish(self, T: int, has_eos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict]:
         """(env_mask (B, T) bool, turn_ids (B, T) long, metrics) once sampling is over.  turn_ids
         is -1 where nothing was written (padding)."""
@@ -136,9 +144,8 @@ class Episodes:
         for b in range(self.B):
             env_mask[b, self.env_positions[b]] = True
             turn_ids[b, : len(self.turn_ids[b])] = torch.tensor(self.turn_ids[b], dtype=torch.long)
-        eos = has_eos.cpu().tolist()
         turns = [max(ids) + 1 if ids else 0 for ids in self.turn_ids]
-        void = [not eos[b] and not self.ended_with_call[b] for b in range(self.B)]
+        void = self.void_rows(has_eos).tolist()
         kinds = [r.kind for r in self.results]
         metrics = {"turns/mean": sum(turns) / max(1, self.B),
                    "turns/void_fraction": sum(void) / max(1, self.B),

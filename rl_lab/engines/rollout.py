@@ -46,6 +46,7 @@ class RolloutBatch:
     env_mask: torch.Tensor | None = None        # (B, T) bool: tokens the environment appended
     turn_ids: torch.Tensor | None = None        # (B, T) the model turn of each token; -1 on padding
     episode_metrics: dict | None = None         # turns/..., tools/... of the batch
+    has_void_turn: torch.Tensor | None = None   # (B,) bool: the episode has a void turn (SimpleTIR)
 
     @property
     def num_groups(self) -> int:
@@ -247,11 +248,13 @@ class HFEngine:
         if full is not None:  # (B, T, V); positions after the last step repeat nothing: zeros
             full = torch.stack(full, 1)
             full = torch.cat([full, full.new_zeros(B, T - full.shape[1], full.shape[-1])], 1)
-        env_mask = turn_ids = episode_metrics = None
+        env_mask = turn_ids = episode_metrics = void = None
         if episodes is not None:
             env_mask, turn_ids, episode_metrics = episodes.finish(T, has_eos)
+            void = episodes.void_rows(has_eos)
         return RolloutBatch(rows, prompt_ids, prompt_mask, completion_ids, completion_mask,
-                            sampler_logprobs, texts, ~has_eos, group_ids, full, env_mask, turn_ids, episode_metrics)
+                            sampler_logprobs, texts, ~has_eos, group_ids, full, env_mask, turn_ids, episode_metrics,
+                            void)
 
     @staticmethod
     def _environment_turns(episodes, tokens, token_logp, sampled):

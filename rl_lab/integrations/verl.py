@@ -193,6 +193,8 @@ VERL_FIELD_MAP: tuple[FieldMap, ...] = (
              _kl_to_verl, _kl_from_verl),
     _refused("mask_truncated_completions", "verl 0.9.1 has no loss mask for truncated completions",
              lambda v: v is False),
+    _refused("mask_void_turns", "SimpleTIR's void-turn filter lives in its own verl fork, not in verl 0.9.1",
+             lambda v: v is False),
     # --- off-policy correction: algorithm.rollout_correction ------------------------------------------
     _row("rollout_is", f"{RC}.rollout_is", "None, token or sequence"),
     _row("rollout_is_threshold", f"{RC}.rollout_is_threshold", "a float (TIS) or 'lo_hi' (IcePop)"),

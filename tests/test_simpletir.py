@@ -1,0 +1,115 @@
+"""SimpleTIR (rl_lab.algos.simpletir): void-turn filtering drops whole episodes from the loss and
+the group statistics, and the measurements the source claims (low-probability tokens right after
+tool outputs, their logit gradient norm) on hand-built batches."""
+import math
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from rl_lab import RLConfig
+from rl_lab.algos.grpo import group_advantages
+from rl_lab.algos.simpletir import (after_tool_output, drop_void_trajectories, logit_gradient_norm,
+                                    tool_conditioned_token_stats)
+from rl_lab.config import ConfigError
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_episodes import CHARS, scripted_batch, step_on  # noqa: E402
+
+
+def test_a_void_row_leaves_the_loss_and_the_group_statistics():
+    valid = torch.tensor([True, True, True, False])
+    void = torch.tensor([False, True, False, True])
+    kept, metrics = drop_void_trajectories(valid, void)
+    assert kept.tolist() == [True, False, True, False]
+    assert metrics == {"filter/void_trajectories": 1}      # the invalid row is not counted twice
+    rewards = torch.tensor([1.0, 5.0, 0.0, 2.0])
+    adv = group_advantages(rewards, torch.zeros(4, dtype=torch.long), kept, "grpo", "none")
+    assert adv.tolist() == [0.5, 0.0, -0.5, 0.0]           # mean over the two kept rows only
+
+
+def test_the_episode_bookkeeping_flags_the_row_cut_mid_turn():
+    scripts = ("(2*3)|6", "(1+1)" + "1" * 50, "7", "(1+1)|" + "2" * 50)   # rows 1 and 3 are cut
+    batch, _ = scripted_batch(env=replace(CHARS, max_turns=2), scripts=scripts, length=20)
+    assert batch.has_void_turn.tolist() == [False, True, False, True]
+    assert batch.episode_metrics["turns/void_fraction"] == 0.5
+
+
+def test_mask_void_turns_drops_the_void_episode_from_a_trainer_step():
+    batch, _ = scripted_batch(scripts=("(2*3)|6", "(1+1)" + "1" * 50, "7", "(9)|5"), length=24)
+    assert batch.has_void_turn.tolist() == [False, True, False, False]
+    plain = step_on(batch, [], mask_void_turns=False, max_completion_length=24)
+    filtered = step_on(batch, [], mask_void_turns=True, max_completion_length=24)
+    assert "filter/void_trajectories" not in plain and filtered["filter/void_trajectories"] == 1
+    assert filtered["faults/masked_samples"] == 0          # a design choice, not a fault
+    assert filtered["grad_norm"] != plain["grad_norm"] and filtered["grad_norm"] > 0
+
+
+def test_mask_void_turns_must_be_a_bool():
+    with pytest.raises(ConfigError, match="mask_void_turns"):
+        RLConfig(mask_void_turns="yes")
+
+
+def test_logit_gradient_norm_is_the_autograd_norm():
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(2, 3, 7, generator=g, dtype=torch.float64, requires_grad=True)
+    y = torch.randint(0, 7, (2, 3), generator=g)
+    A = torch.tensor([[1.0, -2.0, 0.5], [3.0, -1.0, 0.0]], dtype=torch.float64)
+    rho = torch.rand(2, 3, generator=g, dtype=torch.float64) + 0.5
+    logp_all = F.log_softmax(z, -1)
+    loss_terms = -(A * rho * logp_all.gather(-1, y[..., None]).squeeze(-1))
+    grads = torch.autograd.grad(loss_terms.sum(), z)[0]                       # each term sees only its z_t
+    expected = grads.norm(dim=-1)
+    got = logit_gradient_norm(logp_all.detach(), y, A, rho)
+    assert torch.allclose(got, expected, atol=1e-12)
+
+
+def test_a_rare_token_under_an_inflated_ratio_gives_the_check_21_numbers():
+    """pi_old = 1e-4, pi = 1e-2, A = -1: rho = 100 and the norm is 100 sqrt(1 - 0.02 + sum pi^2),
+    between ~99 (pi spread) and ~140 (the rest of pi on one token)."""
+    V = 1001
+    spread = torch.full((V,), 0.99 / (V - 1), dtype=torch.float64)
+    spread[0] = 0.01
+    peaked = torch.zeros(V, dtype=torch.float64)
+    peaked[0], peaked[1] = 0.01, 0.99
+    for pi, lo, hi in ((spread, 98.9, 99.1), (peaked, 139.9, 140.1)):
+        logp_all = pi.clamp(min=1e-300).log()[None, None]
+        norm = logit_gradient_norm(logp_all, torch.zeros(1, 1, dtype=torch.long),
+                                   torch.tensor([-1.0], dtype=torch.float64), torch.tensor([[100.0]]))
+        assert lo < norm.item() < hi
+
+
+def test_after_tool_output_marks_the_first_tokens_the_model_writes_after_an_observation():
+    env = torch.tensor([[0, 0, 1, 1, 0, 0, 0, 1, 0, 0], [0, 0, 0, 0, 0, 0, 0, 0, 0, 0]], dtype=torch.bool)
+    mask = torch.tensor([[1, 1, 0, 0, 1, 1, 1, 0, 1, 0], [1, 1, 1, 1, 1, 0, 0, 0, 0, 0]], dtype=torch.bool)
+    assert after_tool_output(env, mask, 1)[0].nonzero().squeeze(-1).tolist() == [4, 8]
+    assert after_tool_output(env, mask, 2)[0].nonzero().squeeze(-1).tolist() == [4, 5, 8]
+    assert not after_tool_output(env, mask, 2)[1].any()
+    with pytest.raises(ValueError, match="window"):
+        after_tool_output(env, mask, 0)
+
+
+def test_tool_conditioned_stats_on_a_hand_built_batch():
+    """Row 0: a confident turn, a tool output, then a token pi gave 0.05 and a confident one; row 1
+    has no tool output.  After the tool: 1 token, low; elsewhere 5 tokens, 1 low."""
+    V = 4
+    probs = torch.tensor([0.9, 0.05, 0.03, 0.02], dtype=torch.float64)
+    logp_all = probs.log().expand(2, 5, V).clone()
+    tokens = torch.tensor([[0, 0, 3, 1, 0], [0, 2, 0, 0, 0]])
+    env = torch.tensor([[0, 0, 1, 0, 0], [0, 0, 0, 0, 0]], dtype=torch.bool)
+    mask = torch.tensor([[1, 1, 0, 1, 1], [1, 1, 0, 0, 0]], dtype=torch.bool)
+    stats = tool_conditioned_token_stats(logp_all, tokens, mask, env, low_prob=0.1)
+    sum_sq = float((probs ** 2).sum())
+    assert stats["tir/tokens/after_tool"] == 1 and stats["tir/tokens/elsewhere"] == 5
+    assert stats["tir/low_prob_share/after_tool"] == 1.0
+    assert stats["tir/low_prob_share/elsewhere"] == 0.2
+    rare = math.sqrt(1 - 2 * 0.05 + sum_sq)
+    assert stats["tir/logit_grad_norm/after_tool_mean"] == pytest.approx(rare)
+    assert stats["tir/logit_grad_norm/after_tool_max"] > stats["tir/logit_grad_norm/elsewhere_mean"]
+    empty = tool_conditioned_token_stats(logp_all, tokens, mask, torch.zeros_like(env))
+    assert empty["tir/tokens/after_tool"] == 0 and math.isnan(empty["tir/low_prob_share/after_tool"])
+    with pytest.raises(ValueError, match="low_prob"):
+        tool_conditioned_token_stats(logp_all, tokens, mask, env, low_prob=1.5)
