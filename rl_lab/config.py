@@ -215,6 +215,16 @@ class RLConfig(_Validated):
     """SimpleTIR's filter (its name): drop every episode with a void turn (neither a tool call nor an
     answer) from the loss and from the group statistics, counted as filter/void_trajectories.
     Without an environment the one turn is void when it was cut by the length limit."""
+    empg: bool = False
+    """EMPG (rl_lab.algos.empg): scale each model turn's advantage by g(H) = exp(-k H~) / batch mean
+    (H~: the turn's mean token entropy, min-max normalised over the batch), add empg_zeta times the
+    next turn's clarity exp(-k_f H~_next), then whiten over the batch's tokens."""
+    empg_k: float = 1.0
+    """EMPG's k: max g / min g <= e^k."""
+    empg_k_f: float = 1.0
+    """EMPG's k_f, the future-clarity bonus's sharpness."""
+    empg_zeta: float = 0.1
+    """EMPG's zeta, the weight of the future-clarity bonus (0: the scaling alone)."""
     # --- off-policy correction hook (rl_lab.corrections; verl's rollout_correction) -------
     rollout_is: str | None = None
     """Importance weights pi/mu between trainer and sampler: None, "token" or "sequence"."""
@@ -318,6 +328,9 @@ class RLConfig(_Validated):
         if self.clip_ratio_c is not None:
             _check_range(self, "clip_ratio_c", lo=1, lo_open=True)
         _check_range(self, "beta", lo=0)
+        _check_range(self, "empg_k", lo=0, lo_open=True)
+        _check_range(self, "empg_k_f", lo=0)
+        _check_range(self, "empg_zeta", lo=0)
         self._validate_correction()
         _check_range(self, "learning_rate", lo=0)   # 0 freezes the policy: a paired control run
         _check_range(self, "adam_beta1", lo=0, hi=1, hi_open=True)

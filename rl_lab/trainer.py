@@ -29,6 +29,7 @@ import torch
 import yaml
 
 from rl_lab.algos.advantages import sum_pi_squared, token_advantages
+from rl_lab.algos.empg import empg_advantages
 from rl_lab.algos.grpo import aggregate_loss, kl_k3, sequence_logprobs
 from rl_lab.algos.modes import bypass_policy_loss, decoupled_policy_loss
 from rl_lab.algos.simpletir import drop_void_trajectories
@@ -265,6 +266,10 @@ class Trainer:
         advantages = token_advantages(cfg.advantage_estimator, rewards, mask, batch.group_ids, trains,
                                       cfg.scale_rewards, cfg.gamma, old_logp_safe,
                                       self._collision_probs(logp_all), is_weights)       # (B, T)
+        adv_metrics = {}
+        if cfg.empg:          # EMPG: each turn's advantage modulated by its entropy (rl_lab.algos.empg)
+            advantages, adv_metrics = empg_advantages(advantages, entropy, mask, batch.turn_ids, cfg.empg_k,
+                                                      cfg.empg_k_f, cfg.empg_zeta)
         ref_logp = None
         if self.ref_model is not None:
             with torch.no_grad():
@@ -314,7 +319,7 @@ class Trainer:
                                      old_logp_safe - rollout_logp, outside, finite_mu & finite_pi, nonempty)
         metrics.update({"loss": loss_value, "grad_norm": grad_norm, "faults/skipped_steps": skipped,
                         **({"kl": kl_value} if kl_value is not None else {}), **corr_metrics, **pg_metrics,
-                        **(batch.episode_metrics or {}), **filter_metrics})
+                        **(batch.episode_metrics or {}), **filter_metrics, **adv_metrics})
         t1 = time.perf_counter()
         metrics.update({"time/rollout": t_rollout - t0, "time/update": t1 - t_rollout, "step_time": t1 - t0})
         if cfg.eval_steps and self.global_step % cfg.eval_steps == 0:

@@ -195,6 +195,10 @@ VERL_FIELD_MAP: tuple[FieldMap, ...] = (
              lambda v: v is False),
     _refused("mask_void_turns", "SimpleTIR's void-turn filter lives in its own verl fork, not in verl 0.9.1",
              lambda v: v is False),
+    _refused("empg", "verl 0.9.1 has no entropy-modulated advantage (EMPG)", lambda v: v is False),
+    _refused("empg_k", "EMPG's k (not in verl 0.9.1)", lambda v: v == 1.0),
+    _refused("empg_k_f", "EMPG's k_f (not in verl 0.9.1)", lambda v: v == 1.0),
+    _refused("empg_zeta", "EMPG's zeta (not in verl 0.9.1)", lambda v: v == 0.1),
     # --- off-policy correction: algorithm.rollout_correction ------------------------------------------
     _row("rollout_is", f"{RC}.rollout_is", "None, token or sequence"),
     _row("rollout_is_threshold", f"{RC}.rollout_is_threshold", "a float (TIS) or 'lo_hi' (IcePop)"),
