@@ -16,6 +16,7 @@ Chapter 1 (book/ch01_rl_on_one_page.md) explains the step; chapter 5 the correct
 from __future__ import annotations
 
 import copy
+import inspect
 import logging
 import math
 import re
@@ -151,13 +152,23 @@ def call_reward_funcs(reward_funcs, prompts, completions, completion_ids, column
     return total, per_func, int(errors.sum())
 
 
+def runs_episodes(engine) -> bool:
+    """Whether `engine.generate` takes an `environment` (multi-turn episodes), by name or through
+    **kwargs (a wrapper that passes everything on)."""
+    generate = getattr(engine, "generate", None)
+    if generate is None:
+        return False
+    params = inspect.signature(generate).parameters
+    return "environment" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
 class Trainer:
     """GRPO/REINFORCE trainer for a causal LM on a verifiable task.
 
     Trainer(config) builds the task, model and engine from the config; notebooks can pass
     their own `model`/`tokenizer`/`task`/`engine`/`reward_funcs` instead.  An `environment`
     (rl_lab.agents.ToolEnvironment; default: the task's `environment` attribute, if any) makes
-    every completion a multi-turn episode with tool calls (the HF engine only, so far).
+    every completion a multi-turn episode with tool calls (on HFEngine or VLLMEngine).
     """
 
     def __init__(self, config: RLConfig, model=None, tokenizer=None, task=None, engine=None,
@@ -185,9 +196,9 @@ class Trainer:
                             if isinstance(self.engine, MismatchEngine) else self.engine)
         self.reward_funcs = list(reward_funcs) if reward_funcs is not None else [self.task]
         self.environment = environment if environment is not None else getattr(self.task, "environment", None)
-        if self.environment is not None and not isinstance(self.engine, HFEngine):
-            raise ConfigError(f"multi-turn episodes (an environment) run on the HF engine only so far, not on "
-                              f"{type(self.engine).__name__}: set use_vllm=false")
+        if self.environment is not None and not runs_episodes(self.engine):
+            raise ConfigError(f"multi-turn episodes (an environment) need an engine whose generate() takes "
+                              f"environment= (HFEngine, VLLMEngine); {type(self.engine).__name__}'s does not")
         params = [p for p in self.model.parameters() if p.requires_grad]
         fused = all(p.device.type in ("cpu", "cuda") for p in params)  # one kernel, the same update
         self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, eps=1e-8,

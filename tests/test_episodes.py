@@ -184,13 +184,16 @@ def test_a_raising_tool_is_counted_and_training_goes_on(monkeypatch):
     assert all(r["faults/masked_samples"] == 0 and r["grad_norm"] > 0 for r in rows)
 
 
-def test_multi_turn_needs_the_hf_engine():
-    class NotHF:
+def test_multi_turn_needs_an_engine_that_takes_an_environment():
+    class SingleTurn:
+        def generate(self, prompts, n, sampling, generator=None):
+            raise AssertionError("not called")
+
         def sync_weights(self, model):
             pass
     model, tok = build_model("0.3M", seed=0)
-    with pytest.raises(ConfigError, match="HF engine only"):
-        Trainer(RLConfig(**SMALL), model=model, tokenizer=tok, engine=NotHF(), environment=CHARS)
+    with pytest.raises(ConfigError, match="SingleTurn's does not"):
+        Trainer(RLConfig(**SMALL), model=model, tokenizer=tok, engine=SingleTurn(), environment=CHARS)
     with pytest.raises(ValueError, match="max_turns"):
         ToolEnvironment(max_turns=0)
 

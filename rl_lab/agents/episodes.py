@@ -4,8 +4,10 @@ runs the tool and appends its output as tokens, up to `max_turns` model turns.
 `ToolEnvironment` is the configuration (which tool, the delimiters, K); `Episodes` is the
 bookkeeping of one batch, driven token by token by the sampler (rl_lab.engines.rollout.HFEngine):
 before each sampled position it says which rows must take an environment token instead
-(`forced`), after it reads what was sampled (`observe`), and at the end it returns the per-token
-environment mask, the turn ids and the batch's tool metrics (`finish`).
+(`next_tokens`), after it reads what was sampled (`observe`), and at the end it returns the
+per-token environment mask, the turn ids and the batch's tool metrics (`finish`).  An engine that
+samples a whole model turn per request (rl_lab.engines.vllm_engine.VLLMEngine) drives the same
+bookkeeping row by row: `record_model_token` for each sampled id, then `take_environment_tokens`.
 
 Environment tokens condition the model (they are in the context of every later token, for the
 sampler mu and the trainer pi alike) but are not sampled: the engine leaves them out of
@@ -103,30 +105,54 @@ class Episodes:
         the tool for every row whose turn now ends with a call, and queue its output."""
         for b in range(self.B):
             if env[b]:
-                self.env_positions[b].append(position)
-                self.turn_ids[b].append(self.turn[b])
-                if not self.pending[b]:                 # the tool's output is complete: next turn
-                    self.turn[b] += 1
-                    self.turn_tokens[b] = []
-                continue
-            if not sampled[b]:
-                continue
-            self.turn_ids[b].append(self.turn[b])
-            self.turn_tokens[b].append(tokens[b])
-            self.ended_with_call[b] = False
-            if tokens[b] != self.close_last or self.turn[b] >= self.env.max_turns - 1:
-                continue
-            call = self.env.parse_call(self.tokenizer.decode(self.turn_tokens[b], skip_special_tokens=True))
-            if call is None:
-                continue
-            result = run_tool(self.env.tool, call)
-            self.results.append(result)
-            ids = self.tokenizer(self.env.observation(result), add_special_tokens=False)["input_ids"]
-            self.pending[b] = list(reversed(ids))
-            self.ended_with_call[b] = True
-            if not ids:                                 # an empty observation: the next turn starts now
-                self.turn[b] += 1
-                self.turn_tokens[b] = []
+                self.record_environment_token(b, position)
+            elif sampled[b]:
+                self.record_model_token(b, tokens[b])
+
+    # per-row API: the token-by-token `observe` above, or an engine that samples a whole model
+    # turn at once (rl_lab.engines.vllm_engine) and then asks for the environment's turn
+    def may_call(self, b: int) -> bool:
+        """Whether row b's current turn may still end in an executed call (not the last turn)."""
+        return self.turn[b] < self.env.max_turns - 1
+
+    def record_model_token(self, b: int, token: int) -> None:
+        """Row b sampled `token`; when its turn now ends with a complete call (and may call), run
+        the tool and queue its output for `take_environment_tokens` / `next_tokens`."""
+        self.turn_ids[b].append(self.turn[b])
+        self.turn_tokens[b].append(token)
+        self.ended_with_call[b] = False
+        if token != self.close_last or not self.may_call(b):
+            return
+        call = self.env.parse_call(self.tokenizer.decode(self.turn_tokens[b], skip_special_tokens=True))
+        if call is None:
+            return
+        result = run_tool(self.env.tool, call)
+        self.results.append(result)
+        ids = self.tokenizer(self.env.observation(result), add_special_tokens=False)["input_ids"]
+        self.pending[b] = list(reversed(ids))
+        self.ended_with_call[b] = True
+        if not ids:                                     # an empty observation: the next turn starts now
+            self._next_turn(b)
+
+    def record_environment_token(self, b: int, position: int) -> None:
+        """Row b took its next queued environment token at `position` (already popped)."""
+        self.env_positions[b].append(position)
+        self.turn_ids[b].append(self.turn[b])
+        if not self.pending[b]:                         # the tool's output is complete: next turn
+            self._next_turn(b)
+
+    def take_environment_tokens(self, b: int, position: int, room: int) -> list[int]:
+        """Row b's queued environment ids in order (at most `room`: the rest of the length limit),
+        recorded at positions `position`, `position + 1`, ...; [] when nothing is queued."""
+        taken = []
+        while self.pending[b] and len(taken) < room:
+            taken.append(self.pending[b].pop())
+            self.record_environment_token(b, position + len(taken) - 1)
+        return taken
+
+    def _next_turn(self, b: int) -> None:
+        self.turn[b] += 1
+        self.turn_tokens[b] = []
 
     def void_rows(self, has_eos: torch.Tensor) -> torch.Tensor:
         """(B,) bool once sampling is over: the rows whose episode has a void turn (SimpleTIR), a

@@ -6,7 +6,11 @@
     engine.sync_weights(model)                                  # trainer -> sampler, in memory
 
 so `Trainer(config, engine=VLLMEngine(model, tokenizer, dtype="bfloat16"))` trains with a real
-inference engine as the behaviour policy mu.  What it reports as `sampler_logprobs` is what vLLM
+inference engine as the behaviour policy mu.  `generate(..., environment=)` runs multi-turn tool
+episodes as HFEngine does (rl_lab.agents.episodes): each model turn is one vLLM request that stops
+at the call delimiter, the tool's output is appended as tokens that are not sampled, and the next
+turn is a request on the prompt plus everything so far (prefix caching reuses its KV entries).
+What it reports as `sampler_logprobs` is what vLLM
 itself computed for the tokens it sampled, after temperature, top-k, top-p and min-p
 (`logprobs_mode="processed_logprobs"`), in vLLM's own kernels and precision: the quantity whose
 gap to the trainer's fp32 log-probs is the training-inference mismatch.
@@ -159,47 +163,126 @@ class VLLMEngine:
         pass
 
     # ------------------------------------------------------------------ sampling
-    def sampling_params(self, n: int, sampling: SamplingConfig, seed: int | None):
+    def sampling_params(self, n: int, sampling: SamplingConfig, seed: int | None,
+                        max_tokens: int | None = None, call_stop: int | None = None):
+        """vLLM's parameters for one request: n samples of at most `max_tokens` (default: the whole
+        max_completion_length), stopping at <eos> and, if given, at the `call_stop` id (the last
+        token of a tool call's closing delimiter), which is kept in the output as <eos> is."""
         from vllm import SamplingParams
         return SamplingParams(
-            n=n, max_tokens=sampling.max_completion_length, temperature=sampling.temperature,
+            n=n, max_tokens=sampling.max_completion_length if max_tokens is None else max_tokens,
+            temperature=sampling.temperature,
             top_p=sampling.top_p, top_k=sampling.top_k if sampling.top_k > 0 else -1,
             min_p=getattr(sampling, "min_p", 0.0), min_tokens=sampling.min_tokens, logprobs=0, seed=seed,
             detokenize=False,
-            stop_token_ids=[self.tokenizer.eos_token_id], skip_special_tokens=False)
+            stop_token_ids=[self.tokenizer.eos_token_id] + ([call_stop] if call_stop is not None else []),
+            skip_special_tokens=False)
 
     @torch.no_grad()
     def generate(self, prompts: list[str], n: int, sampling: SamplingConfig,
-                 generator: torch.Generator | None = None) -> RolloutBatch:
+                 generator: torch.Generator | None = None, environment=None) -> RolloutBatch:
+        """n completions per prompt.  With an `environment` (rl_lab.agents.ToolEnvironment) each
+        completion is a multi-turn episode, with the same env_mask, turn_ids and episode metrics
+        as HFEngine.generate: environment tokens are not sampled (log-prob 0, completion_mask 0)."""
         from vllm.inputs import TokensPrompt
+        if environment is not None and environment.max_turns > 1 and sampling.min_tokens > 0:
+            raise ValueError(f"min_tokens={sampling.min_tokens} with multi-turn episodes on VLLMEngine: vLLM's "
+                             "min_tokens also holds back the call delimiter (a stop token), so a call could "
+                             "not end a turn early; set min_tokens=0 or use HFEngine (use_vllm=false)")
         tok = self.tokenizer
-        eos, pad = tok.eos_token_id, tok.pad_token_id
         enc = tok(prompts, return_tensors="pt", padding=True)                # left padded
         ids, am = enc["input_ids"], enc["attention_mask"]                     # (N, P)
+        prompt_rows = [ids[i][am[i].bool()].tolist() for i in range(len(prompts))]
+        episodes = environment.start(len(prompts) * n, tok) if environment is not None else None
+        call_stop = episodes.close_last if episodes is not None and episodes.multi_turn else None
         # one independent, reproducible seed per prompt, drawn from the caller's generator
-        seeds = torch.randint(0, 2**31 - 1, (len(prompts),), generator=generator,
-                              device=generator.device if generator is not None else "cpu").tolist()
-        requests = [TokensPrompt(prompt_token_ids=ids[i][am[i].bool()].tolist()) for i in range(len(prompts))]
-        params = [self.sampling_params(n, sampling, s) for s in seeds]
-        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        params = [self.sampling_params(n, sampling, s, call_stop=call_stop)
+                  for s in self._seeds(len(prompts), generator)]
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompt_rows], params,
+                                    use_tqdm=False)
+        first = [_sampled(c) for out in outputs for c in out.outputs]       # prompt order, n each
+        T = sampling.max_completion_length
+        if episodes is None:
+            rows = [(toks[:T], lps[:T], [True] * len(toks[:T])) for toks, lps in first]
+        else:
+            rows = self._episodes(episodes, [p for p in prompt_rows for _ in range(n)], first, sampling,
+                                  generator)
+        return self._batch(prompts, n, ids, am, rows, T, episodes)
 
-        B, T = len(prompts) * n, sampling.max_completion_length
+    @staticmethod
+    def _seeds(count: int, generator: torch.Generator | None) -> list[int]:
+        return torch.randint(0, 2**31 - 1, (count,), generator=generator,
+                             device=generator.device if generator is not None else "cpu").tolist()
+
+    def _episodes(self, episodes, contexts: list[list[int]], first: list[tuple[list[int], list[float]]],
+                  sampling: SamplingConfig, generator) -> list[tuple[list[int], list[float], list[bool]]]:
+        """Each row's episode as (ids, log mu, sampled) lists.  A row's model turn goes to
+        `episodes` token by token (which runs the tool when the turn ends with a complete call);
+        the environment's queued tokens follow (log mu 0, not sampled); a row whose request stopped
+        at the call delimiter and has room left continues with a new request on its prompt plus
+        everything so far: the next turn after a call, or the same turn when the delimiter closed
+        no call."""
+        from vllm.inputs import TokensPrompt
+        T = sampling.max_completion_length
+        rows = [([], [], []) for _ in contexts]
+        active, outputs = list(range(len(contexts))), first
+        could_call = [episodes.may_call(b) for b in active]   # whether the request stopped at a call
+        while active:
+            again = []
+            for b, (toks, lps), stops_at_call in zip(active, outputs, could_call):
+                ids, logps, sampled = rows[b]
+                toks, lps = toks[: T - len(ids)], lps[: T - len(ids)]
+                for token in toks:
+                    episodes.record_model_token(b, token)
+                ids += toks
+                logps += lps
+                sampled += [True] * len(toks)
+                env = episodes.take_environment_tokens(b, len(ids), T - len(ids))
+                ids += env
+                logps += [0.0] * len(env)
+                sampled += [False] * len(env)
+                if stops_at_call and toks and toks[-1] == episodes.close_last and len(ids) < T:
+                    again.append(b)
+            if not again:
+                break
+            could_call = [episodes.may_call(b) for b in again]
+            params = [self.sampling_params(1, sampling, seed, max_tokens=T - len(rows[b][0]),
+                                           call_stop=episodes.close_last if call else None)
+                      for b, seed, call in zip(again, self._seeds(len(again), generator), could_call)]
+            requests = [TokensPrompt(prompt_token_ids=contexts[b] + rows[b][0]) for b in again]
+            outputs = [_sampled(out.outputs[0]) for out in self.llm.generate(requests, params, use_tqdm=False)]
+            active = again
+        return rows
+
+    def _batch(self, prompts: list[str], n: int, ids: torch.Tensor, am: torch.Tensor,
+               rows: list[tuple[list[int], list[float], list[bool]]], T: int, episodes) -> RolloutBatch:
+        """The RolloutBatch of per-row (ids, log mu, sampled) lists, right-padded to T."""
+        tok = self.tokenizer
+        eos, pad = tok.eos_token_id, tok.pad_token_id
+        B = len(rows)
         completion_ids = torch.full((B, T), pad, dtype=torch.long)
         completion_mask = torch.zeros((B, T), dtype=torch.long)
         sampler_logprobs = torch.zeros((B, T), dtype=torch.float32)
-        row = 0
-        for out in outputs:                                                  # prompt order
-            for c in out.outputs:                                            # its n completions
-                toks = list(c.token_ids)[:T]
-                lps = [d[t].logprob if d is not None and t in d else float("nan")
-                       for d, t in zip(c.logprobs or [None] * len(toks), toks)]
-                completion_ids[row, : len(toks)] = torch.tensor(toks, dtype=torch.long)
-                completion_mask[row, : len(toks)] = 1
-                sampler_logprobs[row, : len(toks)] = torch.tensor(lps, dtype=torch.float32)
-                row += 1
-        rows = [p for p in prompts for _ in range(n)]
+        for r, (toks, lps, sampled) in enumerate(rows):
+            completion_ids[r, : len(toks)] = torch.tensor(toks, dtype=torch.long)
+            completion_mask[r, : len(toks)] = torch.tensor(sampled, dtype=torch.long)
+            sampler_logprobs[r, : len(toks)] = torch.tensor(lps, dtype=torch.float32)
         has_eos = ((completion_ids == eos) & completion_mask.bool()).any(-1)
         texts = tok.batch_decode(completion_ids.tolist(), skip_special_tokens=True)
-        return RolloutBatch(rows, ids.repeat_interleave(n, 0), am.repeat_interleave(n, 0),
-                            completion_ids, completion_mask, sampler_logprobs, texts, ~has_eos,
-                            torch.arange(len(prompts)).repeat_interleave(n))
+        env_mask = turn_ids = episode_metrics = void = None
+        if episodes is not None:
+            env_mask, turn_ids, episode_metrics = episodes.finish(T, has_eos)
+            void = episodes.void_rows(has_eos)
+        return RolloutBatch([p for p in prompts for _ in range(n)], ids.repeat_interleave(n, 0),
+                            am.repeat_interleave(n, 0), completion_ids, completion_mask, sampler_logprobs,
+                            texts, ~has_eos, torch.arange(len(prompts)).repeat_interleave(n),
+                            env_mask=env_mask, turn_ids=turn_ids, episode_metrics=episode_metrics,
+                            has_void_turn=void)
+
+
+def _sampled(completion) -> tuple[list[int], list[float]]:
+    """A vLLM CompletionOutput's token ids and their processed log-probs (NaN where none came)."""
+    toks = list(completion.token_ids)
+    lps = [d[t].logprob if d is not None and t in d else float("nan")
+           for d, t in zip(completion.logprobs or [None] * len(toks), toks)]
+    return toks, lps
