@@ -27,7 +27,7 @@ def _parse_value(text: str):
 
 
 def build_config(args):
-    from rl_lab.config import ConfigError, get_preset, preset_name
+    from rl_lab.config import ConfigError, RLConfig, get_preset, preset_name, tool_task_fields
     from rl_lab.models import check_model_spec
 
     given, set_fields = _cli_fields(args)
@@ -35,6 +35,8 @@ def build_config(args):
     if args.out:
         overrides["output_dir"] = str(args.out)
     preset = overrides.pop("preset", None) or args.preset
+    if "max_completion_length" not in overrides:   # a tool task's episodes are longer than the default
+        overrides.update(tool_task_fields(overrides.get("task", RLConfig.task), overrides.get("task_kwargs")))
     cfg = get_preset(preset_name(preset), **overrides)
     check_model_spec(cfg.model, cfg.task)      # a missing warm start is a config error, up front
     return cfg
@@ -152,7 +154,8 @@ def main(argv=None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
     tr = sub.add_parser("train", help="run RL on a task")
-    tr.add_argument("--task", help="addition, reversal, sorting or countdown")
+    tr.add_argument("--task", help="addition, reversal, sorting, countdown, scratchpad or multiplication_tool "
+                                   "(a tool task: multi-turn episodes with a calculator)")
     tr.add_argument("--preset", choices=PRESETS, default=None,
                     help="size preset (default: $RL_LAB_PRESET, else smoke)")
     tr.add_argument("--config", help="YAML file of RLConfig fields")

@@ -171,6 +171,10 @@ class RLConfig(_Validated):
     use_vllm: bool = False
     """Sample with vLLM in this process (rl_lab.engines.vllm_engine.VLLMEngine; TRL's name), in
     `sampler_dtype`, instead of the Hugging Face sampling loop. Needs tools/install_vllm.sh."""
+    max_turns: int | None = None
+    """Model turns per episode, K, for a tool task (one with an `environment`, e.g.
+    multiplication_tool): None keeps the task's own K; 1 executes no call (the tool is not
+    available).  A task without an environment refuses it."""
     # --- mismatch injectors (rl_lab.engines.injectors): ways the sampler mu drifts from pi ----------
     sampler_quantization: str | None = None
     """"int8": the sampler's linear layers are fake-quantised per output channel (W8A16)."""
@@ -288,9 +292,10 @@ class RLConfig(_Validated):
         from rl_lab.tasks import TASKS, get_task  # local import: tasks imports nothing from here
         _check_choice(self, "task", list(TASKS))
         try:                                   # unknown or out-of-range knobs fail here, not in the Trainer
-            get_task(self.task, **self.task_kwargs)
+            task = get_task(self.task, **self.task_kwargs)
         except ValueError as e:
             raise ConfigError(f"RLConfig.task_kwargs={self.task_kwargs!r}: {e}") from e
+        self._validate_episodes(task)
         for name in ("prompts_per_step", "max_completion_length", "num_iterations", "max_steps"):
             _check_range(self, name, lo=1)
         _check_range(self, "num_generations", lo=2)
@@ -349,6 +354,24 @@ class RLConfig(_Validated):
         if self.save_steps and not self.output_dir:
             raise ConfigError("RLConfig.save_steps > 0 needs output_dir (where to write checkpoints)")
 
+    def _validate_episodes(self, task):
+        """max_turns only for a tool task; a tool task's episode must fit max_completion_length."""
+        from rl_lab.tasks import TASKS
+        if getattr(task, "environment", None) is None:
+            if self.max_turns is not None:
+                tool_tasks = [name for name, kind in TASKS.items() if hasattr(kind, "environment")]
+                raise ConfigError(f"RLConfig.max_turns={self.max_turns!r}: task {self.task!r} has no tool "
+                                  f"environment, so its episodes have one turn; leave max_turns unset (null) "
+                                  f"or choose a tool task: {tool_tasks}")
+            return
+        if self.max_turns is not None:
+            _check_range(self, "max_turns", lo=1)
+        need = episode_completion_length(task)
+        if self.max_completion_length < need:
+            raise ConfigError(f"RLConfig.max_completion_length={self.max_completion_length} is shorter than one "
+                              f"{self.task!r} episode (call, tool output and answer: up to {need} tokens with "
+                              f"<eos>); set max_completion_length >= {need}")
+
     def _validate_correction(self):
         _check_choice(self, "rollout_is", ROLLOUT_IS)
         parse_is_threshold(self.rollout_is_threshold)
@@ -399,6 +422,25 @@ class WarmStartConfig(_Validated):
         _check_range(self, "warmup_steps", lo=0)
         if self.target_success is not None:
             _check_range(self, "target_success", lo=0, hi=1, lo_open=True, hi_open=True)
+
+
+def episode_completion_length(task) -> int:
+    """Tokens a tool task's longest episode needs (call, tool output, answer, <eos>)."""
+    return task.max_answer_length + 1
+
+
+def tool_task_fields(task: str, task_kwargs: dict | None = None) -> dict[str, Any]:
+    """{"max_completion_length": the longest episode} for a tool task, {} for any other (or a
+    task name or knobs that are not valid: RLConfig reports those).  The CLI fills it in when
+    the command line does not set max_completion_length."""
+    from rl_lab.tasks import get_task
+    try:
+        built = get_task(task, **(task_kwargs or {}))
+    except (ValueError, TypeError):
+        return {}
+    if getattr(built, "environment", None) is None:
+        return {}
+    return {"max_completion_length": episode_completion_length(built)}
 
 
 # Preset overrides for RLConfig.  smoke: CI, a minute or less; laptop: minutes on 2 cores;

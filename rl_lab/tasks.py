@@ -337,9 +337,10 @@ class MultiplicationTool(Task):
     delimiters.  A 0.3M model cannot multiply a 3-digit by a 2-digit number on its own (without
     the tool its success is near 0); with the tool the task is two copies.
 
-    Knobs: `digits_a`, `digits_b` (operand lengths); `max_turns` (K = 2: one call, then the
-    answer; 1: the call is not executed, so the model must write the product itself);
-    `tool_output_style` "plain" ("=9716|") or "ood" ("=9,716|": thousands separators the warm
+    The environment allows K = 2 model turns (a call, then the answer); `RLConfig.max_turns`
+    changes K for a run (1: the call is not executed, so the model must write the product itself).
+
+    Knobs: `digits_a`, `digits_b` (operand lengths); `tool_output_style` "plain" ("=9716|") or "ood" ("=9,716|": thousands separators the warm
     start never saw, SimpleTIR's out-of-distribution tool output); `call_reward`, a reward for a
     first turn that is a well-formed call (one the calculator accepts), added to the answer's.
 
@@ -349,7 +350,6 @@ class MultiplicationTool(Task):
     reward] without one."""
     digits_a: int = 3
     digits_b: int = 2
-    max_turns: int = 2
     tool_output_style: str = "plain"
     call_reward: float = 0.0
     name = "multiplication_tool"
@@ -359,9 +359,6 @@ class MultiplicationTool(Task):
             value = getattr(self, knob)
             if not isinstance(value, int) or not 1 <= value <= 6:
                 raise ValueError(f"MultiplicationTool.{knob}={value!r} must be an integer in [1, 6]")
-        if not isinstance(self.max_turns, int) or not 1 <= self.max_turns <= 8:
-            raise ValueError(f"MultiplicationTool.max_turns={self.max_turns!r} must be an integer in [1, 8] "
-                             "(2: one call, then the answer)")
         if self.tool_output_style not in TOOL_OUTPUT_STYLES:
             raise ValueError(f"MultiplicationTool.tool_output_style={self.tool_output_style!r}: choose one of "
                              f"{list(TOOL_OUTPUT_STYLES)}")
@@ -372,9 +369,9 @@ class MultiplicationTool(Task):
 
     @property
     def environment(self) -> ToolEnvironment:
-        """The calculator behind "(" ")" for the call and "=" "|" for its output, K = max_turns."""
+        """The calculator behind "(" ")" for the call and "=" "|" for its output, K = 2 turns."""
         kind = GroupedNumberEnvironment if self.tool_output_style == "ood" else ToolEnvironment
-        return kind(tool="calculator", max_turns=self.max_turns, call_open="(", call_close=")",
+        return kind(tool="calculator", max_turns=2, call_open="(", call_close=")",
                     output_open="=", output_close="|")
 
     def sample(self, rng):
@@ -444,19 +441,24 @@ class MultiplicationTool(Task):
         return [0.0] * len(completion.strip()) + [float(self.score(completion, example))]
 
 
-def turn_reward_metrics(task: Task, completions: list[str], columns: dict[str, list]) -> dict[str, float]:
+def turn_reward_metrics(task: Task, completions: list[str], columns: dict[str, list],
+                        max_turns: int = 1) -> dict[str, float]:
     """{"rewards/turn_<k>/mean": mean reward of model turn k over the episodes that reached it}
-    for a task with `turn_rewards` (per-turn rewards); {} for any other task."""
+    for a task with `turn_rewards` (per-turn rewards), for k < max(max_turns, turns seen); NaN for
+    a turn no episode reached (every step logs the same keys).  {} for any other task."""
     if not hasattr(task, "turn_rewards"):
         return {}
-    sums: dict[int, float] = {}
-    counts: dict[int, int] = {}
+    sums, counts = [0.0] * max_turns, [0] * max_turns
     for i, completion in enumerate(completions):
         example = {k: v[i] for k, v in columns.items()}
         for k, r in enumerate(task.turn_rewards(completion, example)):
-            sums[k] = sums.get(k, 0.0) + float(r)
-            counts[k] = counts.get(k, 0) + 1
-    return {f"rewards/turn_{k}/mean": sums[k] / counts[k] for k in sorted(sums)}
+            if k >= len(sums):
+                sums.append(0.0)
+                counts.append(0)
+            sums[k] += float(r)
+            counts[k] += 1
+    return {f"rewards/turn_{k}/mean": sums[k] / counts[k] if counts[k] else float("nan")
+            for k in range(len(sums))}
 
 
 TASKS: dict[str, type[Task]] = {"addition": Addition, "reversal": Reversal,

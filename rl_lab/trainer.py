@@ -16,6 +16,7 @@ Chapter 1 (book/ch01_rl_on_one_page.md) explains the step; chapter 5 the correct
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import logging
 import math
@@ -40,7 +41,7 @@ from rl_lab.engines.injectors import MismatchEngine, make_engine
 from rl_lab.models import quiet_hf_progress, resolve_model
 from rl_lab.engines.rollout import HFEngine, RolloutBatch
 from rl_lab.schedules import length_triggered_lr_factor
-from rl_lab.tasks import get_task
+from rl_lab.tasks import get_task, turn_reward_metrics
 from rl_lab.utils import (atomic_replace_dir, atomic_write_text, json_line, null_to_nan, pick_device, read_jsonl,
                           recover_replaced_dir, remove_dir, seed_everything)
 
@@ -196,6 +197,8 @@ class Trainer:
                             if isinstance(self.engine, MismatchEngine) else self.engine)
         self.reward_funcs = list(reward_funcs) if reward_funcs is not None else [self.task]
         self.environment = environment if environment is not None else getattr(self.task, "environment", None)
+        if self.environment is not None and cfg.max_turns is not None:   # K for this run
+            self.environment = dataclasses.replace(self.environment, max_turns=cfg.max_turns)
         if self.environment is not None and not runs_episodes(self.engine):
             raise ConfigError(f"multi-turn episodes (an environment) need an engine whose generate() takes "
                               f"environment= (HFEngine, VLLMEngine); {type(self.engine).__name__}'s does not")
@@ -331,6 +334,8 @@ class Trainer:
         metrics.update({"loss": loss_value, "grad_norm": grad_norm, "faults/skipped_steps": skipped,
                         **({"kl": kl_value} if kl_value is not None else {}), **corr_metrics, **pg_metrics,
                         **(batch.episode_metrics or {}), **filter_metrics, **adv_metrics})
+        if self.environment is not None:   # per-turn rewards, where the task gives them
+            metrics.update(turn_reward_metrics(self.task, batch.completions, columns, self.environment.max_turns))
         t1 = time.perf_counter()
         metrics.update({"time/rollout": t_rollout - t0, "time/update": t1 - t_rollout, "step_time": t1 - t0})
         if cfg.eval_steps and self.global_step % cfg.eval_steps == 0:

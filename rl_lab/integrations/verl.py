@@ -148,6 +148,8 @@ VERL_FIELD_MAP: tuple[FieldMap, ...] = (
     _row("sampler_dtype", f"{ROLLOUT}.dtype", "the inference engine's precision (verl's default is bfloat16)"),
     FieldMap("use_vllm", "local", note="rl_lab's in-process sampler choice; verl always samples with a server "
              "engine (rollout.name: vllm or sglang, from the cluster settings)"),
+    _refused("max_turns", "multi-turn tool episodes: this export writes single-turn verl runs, not verl's "
+             "multi-turn rollout settings (rollout.multi_turn and a tool config)", lambda v: v is None),
     _refused("sampler_quantization", "rl_lab's fake-quantised sampler is an injector, not a serving setting; "
              "verl's rollout.quantization serves a real quantised checkpoint (set it on the command line)",
              lambda v: v is None),
@@ -273,6 +275,11 @@ def check_exportable(cfg: RLConfig) -> None:
             default = {f.name: f for f in dataclasses.fields(RLConfig)}[row.field]
             problems.append(f"RLConfig.{row.field}={getattr(cfg, row.field)!r}: {row.note} "
                             f"(set it to {default.default!r} to export)")
+    from rl_lab.tasks import get_task
+    if getattr(get_task(cfg.task, **cfg.task_kwargs), "environment", None) is not None:
+        problems.append(f"RLConfig.task={cfg.task!r} is a tool task (multi-turn episodes with a calculator): "
+                        "this export writes single-turn verl runs, not verl's multi-turn rollout settings "
+                        "(rollout.multi_turn and a tool config); export a single-turn task")
     if cfg.scale_rewards == "batch":
         problems.append("RLConfig.scale_rewards='batch': verl normalises by the group std or not at all; "
                         "use 'group' or 'none'")
