@@ -180,3 +180,35 @@ def test_a_trainer_step_on_vllm_with_an_environment(setup):
     for r in rows:
         assert math.isfinite(r["loss"]) and r["grad_norm"] > 0 and r["faults/masked_samples"] == 0
         assert abs(r["rollout_corr/k3_kl"]) < 1e-6          # fp32 vLLM: mu = pi on every model token
+
+
+def test_min_tokens_with_multi_turn_is_refused(setup):
+    """vLLM's min_tokens holds back every stop token, the call delimiter too: refused, not bent."""
+    tok, eng = setup
+    with pytest.raises(ValueError, match="min_tokens=2 with multi-turn episodes on VLLMEngine"):
+        eng.generate(PROMPTS, 1, SamplingConfig(max_completion_length=8, min_tokens=2), environment=ENV)
+
+
+def test_the_tool_task_runs_on_vllm_from_the_config():
+    """use_vllm=True on the tool task (the environment comes from the task): the warm start's greedy
+    episodes on vLLM are HFEngine's, and two trainer steps run with executed calls.  A second
+    vLLM engine (the warm start's tied layout): 5 s here once the module's first one has loaded vLLM."""
+    import numpy as np
+    from rl_lab.engines.vllm_engine import VLLMEngine
+    from rl_lab.models import load_warm_start
+    model, tok = load_warm_start("multiplication_tool")
+    cfg = RLConfig(task="multiplication_tool", max_steps=2, prompts_per_step=4, num_generations=4,
+                   max_completion_length=24, progress_bar=False, use_vllm=True, sampler_dtype="float32")
+    trainer = Trainer(cfg, model=model, tokenizer=tok)
+    assert isinstance(trainer.engine, VLLMEngine) and trainer.environment is not None
+    prompts = [e["prompt"] for e in trainer.task.make_dataset(16, seed=5)]
+    greedy = SamplingConfig(max_completion_length=24, top_k=1)
+    on_vllm = trainer.engine.generate(prompts, 1, greedy, torch.Generator().manual_seed(0),
+                                      environment=trainer.environment)
+    on_hf = HFEngine(model, tok).generate(prompts, 1, greedy, torch.Generator().manual_seed(0),
+                                          environment=trainer.environment)
+    assert on_vllm.completions == on_hf.completions and on_vllm.episode_metrics == on_hf.episode_metrics
+    assert torch.equal(on_vllm.env_mask, on_hf.env_mask) and torch.equal(on_vllm.turn_ids, on_hf.turn_ids)
+    assert on_vllm.episode_metrics["tools/calls"] >= 12                  # the warm start calls the tool
+    rows = trainer.train().to_dict("records")
+    assert len(rows) == 2 and all(r["tools/calls"] > 0 and np.isfinite(r["loss"]) for r in rows)
