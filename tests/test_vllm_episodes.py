@@ -198,7 +198,8 @@ def test_the_tool_task_runs_on_vllm_from_the_config():
     from rl_lab.models import load_warm_start
     model, tok = load_warm_start("multiplication_tool")
     cfg = RLConfig(task="multiplication_tool", max_steps=2, prompts_per_step=4, num_generations=4,
-                   max_completion_length=24, progress_bar=False, use_vllm=True, sampler_dtype="float32")
+                   max_completion_length=24, progress_bar=False, use_vllm=True, sampler_dtype="float32",
+                   eval_steps=2, eval_prompts=16)
     trainer = Trainer(cfg, model=model, tokenizer=tok)
     assert isinstance(trainer.engine, VLLMEngine) and trainer.environment is not None
     prompts = [e["prompt"] for e in trainer.task.make_dataset(16, seed=5)]
@@ -212,3 +213,4 @@ def test_the_tool_task_runs_on_vllm_from_the_config():
     assert on_vllm.episode_metrics["tools/calls"] >= 12                  # the warm start calls the tool
     rows = trainer.train().to_dict("records")
     assert len(rows) == 2 and all(r["tools/calls"] > 0 and np.isfinite(r["loss"]) for r in rows)
+    assert 0 < rows[-1]["eval/reward"] <= 1                 # greedy episodes on vLLM, scored by the task

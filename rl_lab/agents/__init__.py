@@ -5,7 +5,8 @@
   python_tool  model-written Python in a separate, limited process (what is enforced: its docstring)
   registry     tools by name; `run_tool` turns a tool's exception into an error result
   episodes     ToolEnvironment: multi-turn episodes (model turn, tool output as tokens, ... up to K
-               turns) that HFEngine.generate(..., environment=) and Trainer(..., environment=) run
+               turns) that HFEngine.generate(..., environment=), VLLMEngine.generate(...,
+               environment=) and Trainer(..., environment=) run
 """
 from rl_lab.agents.calculator import CalculatorLimits, calculator
 from rl_lab.agents.episodes import ToolEnvironment
