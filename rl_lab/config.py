@@ -25,7 +25,7 @@ LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-to
                   "seq-mean-token-sum-norm")
 SCALE_REWARDS = ("group", "batch", "none")
 ADV_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline",
-                  "optimal_token_baseline")
+                  "optimal_token_baseline", "trloo")
 ROLLOUT_IS = (None, "token", "sequence")
 SAMPLER_QUANTIZATION = (None, "int8")
 SCHEDULERS = ("constant", "linear", "cosine", "length_triggered")
@@ -193,7 +193,8 @@ class RLConfig(_Validated):
     # --- advantages and loss ------------------------------------------------------------
     advantage_estimator: str = "grpo"
     """verl's names: grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline,
-    optimal_token_baseline (OTB)."""
+    optimal_token_baseline (OTB); and Dr. Kernel's trloo (turn-level returns, leave-one-out
+    baseline per prompt and model turn; per-turn rewards where the task gives them)."""
     gamma: float = 1.0
     """Discount of the reward-to-go in reinforce_plus_plus."""
     scale_rewards: str = "group"

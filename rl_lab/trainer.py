@@ -279,7 +279,8 @@ class Trainer:
         # ADVANTAGES, per token; like verl they see the corrected mask and weights
         advantages = token_advantages(cfg.advantage_estimator, rewards, mask, batch.group_ids, trains,
                                       cfg.scale_rewards, cfg.gamma, old_logp_safe,
-                                      self._collision_probs(logp_all), is_weights)       # (B, T)
+                                      self._collision_probs(logp_all), is_weights,
+                                      batch.turn_ids, self._turn_rewards(batch, rows))   # (B, T)
         adv_metrics = {}
         if cfg.empg:          # EMPG: each turn's advantage modulated by its entropy (rl_lab.algos.empg)
             advantages, adv_metrics = empg_advantages(advantages, entropy, mask, batch.turn_ids, cfg.empg_k,
@@ -343,6 +344,23 @@ class Trainer:
             metrics.update(self.evaluate())
             metrics["time/eval"] = time.perf_counter() - t2
         return metrics
+
+    def _turn_rewards(self, batch: RolloutBatch, rows: list[dict]):
+        """(B, K) per-turn rewards for trloo when the task is the reward and gives them
+        (`turn_rewards(completion, example)`), else None (the outcome then sits on the last turn).
+        A row's last reward (the answer's) sits on its last turn, the others on its turns from the
+        first on; a list longer than the row's turns adds its surplus to the last turn."""
+        if (self.config.advantage_estimator != "trloo" or batch.turn_ids is None
+                or self.reward_funcs != [self.task] or not hasattr(self.task, "turn_rewards")):
+            return None
+        turns = (batch.turn_ids.max(-1).values + 1).clamp(min=1).tolist()              # (B,) turns per row
+        out = torch.zeros(len(rows), max(turns), dtype=torch.float64)
+        for i, (completion, example) in enumerate(zip(batch.completions, rows)):
+            *head, last = [float(x) for x in self.task.turn_rewards(completion, example)] or [0.0]
+            out[i, turns[i] - 1] += last
+            for k, r in enumerate(head):
+                out[i, min(k, turns[i] - 1)] += r
+        return out.to(self.device)
 
     def _void_filter(self, batch: RolloutBatch, valid):
         """(B,) rows that train and the filter's metrics: `valid` less, with mask_void_turns, the

@@ -6,6 +6,8 @@ tokens that count; `group_ids` (B,) says which prompt each row answers.
   reinforce_plus_plus_baseline  (score - group mean), whitened over the batch
   optimal_token_baseline (OTB)  a baseline per group and per position, weighted by the
                                 logit-gradient proxy W_t = sum_{j<=t} ||e_{y_j} - pi_j||^2
+  trloo                         turn returns with a leave-one-out baseline per group and model
+                                turn (Dr. Kernel; rl_lab.algos.trloo)
 
 Chapter 1 (GRPO, RLOO) and chapter 9 (the optimal token baseline) explain these.
 """
@@ -104,10 +106,15 @@ def optimal_token_baseline(token_rewards, mask, group_ids, old_logp, sum_pi_sq, 
 
 
 def token_advantages(estimator: str, rewards, mask, group_ids, valid, scale_rewards: str = "group",
-                     gamma: float = 1.0, old_logp=None, sum_pi_sq=None, is_weights=None):
+                     gamma: float = 1.0, old_logp=None, sum_pi_sq=None, is_weights=None, turn_ids=None,
+                     turn_rewards=None):
     """Dispatch on RLConfig.advantage_estimator -> (B, T) advantages, 0 on invalid rows.
-    `rewards` (B,) are sequence rewards (NaN allowed on invalid rows)."""
+    `rewards` (B,) are sequence rewards (NaN allowed on invalid rows); trloo also reads the
+    (B, T) `turn_ids` of a multi-turn batch and the (B, K) `turn_rewards` if the task gives them."""
     from rl_lab.algos.grpo import group_advantages
+    from rl_lab.algos.trloo import trloo_advantages
+    if estimator == "trloo":
+        return trloo_advantages(rewards, mask, turn_ids, group_ids, valid, gamma, turn_rewards)
     if estimator in ("grpo", "rloo"):
         adv = group_advantages(rewards, group_ids, valid, estimator, scale_rewards)   # (B,)
         return adv[:, None] * mask
