@@ -185,3 +185,25 @@ def test_the_verl_export_refuses_tool_episodes_with_a_reason():
     with pytest.raises(VerlExportError, match="tool task.*single-turn") as err:
         check_exportable(RLConfig(task="multiplication_tool", max_completion_length=21, max_turns=3))
     assert "RLConfig.max_turns=3" in str(err.value)
+
+
+@pytest.mark.slow
+def test_rl_from_the_warm_start_beats_a_frozen_control():
+    """Thirty GRPO steps (8 prompts x 8 episodes, lr 5e-4) from the shipped warm start against the
+    paired control (learning_rate=0: the same prompt and sampling streams, a frozen policy).
+    Measured when written (seed 0, 1 thread, loaded 2-core VM, ~17 s a run): held-out sampled
+    success 0.514 -> 0.697 (control 0.514), the tool called in ~99% of episodes.  Criterion, fixed
+    before running it: the trained policy's held-out success (512 prompts, sampled) beats the
+    control's by more than 0.08 (about 3 standard errors of a difference), its paired reward over
+    the last half of the steps is higher, and it still calls the tool."""
+    from rl_lab.warmstart import success_rate
+    runs = {}
+    for lr in (5e-4, 0.0):
+        trainer = Trainer(RLConfig(task="multiplication_tool", model="warm-start", max_completion_length=21,
+                                   max_steps=30, learning_rate=lr, progress_bar=False, seed=0))
+        df = trainer.train()
+        runs[lr] = (df, success_rate(trainer.model, trainer.tokenizer, trainer.task, n=512, seed=4242))
+    (trained, s_trained), (control, s_control) = runs[5e-4], runs[0.0]
+    assert s_trained - s_control > 0.08, (s_trained, s_control)
+    assert trained["reward"].values[15:].mean() > control["reward"].values[15:].mean()
+    assert trained["tools/calls"].values[15:].mean() > 0.9 * 64
