@@ -230,6 +230,15 @@ class RLConfig(_Validated):
     """EMPG's k_f, the future-clarity bonus's sharpness."""
     empg_zeta: float = 0.1
     """EMPG's zeta, the weight of the future-clarity bonus (0: the scaling alone)."""
+    il_coef: float = 0.0
+    """Hybrid RL/IL (rl_lab.algos.hybrid): add il_coef times the imitation loss, the mean NLL of the
+    task's own demonstrations for the step's prompts (the warm start's SFT loss); 0: off."""
+    teacher_kl_coef: float = 0.0
+    """Hybrid RL/IL: add teacher_kl_coef times the exact per-token KL(pi || teacher) over the
+    vocabulary on the model's own tokens (the note's dense gradient); 0: off.  Needs teacher_model."""
+    teacher_model: str | None = None
+    """The teacher for teacher_kl_coef: "warm-start", a size preset or a local path (as `model`);
+    it must share the policy's tokenizer."""
     # --- off-policy correction hook (rl_lab.corrections; verl's rollout_correction) -------
     rollout_is: str | None = None
     """Importance weights pi/mu between trainer and sampler: None, "token" or "sequence"."""
@@ -337,6 +346,12 @@ class RLConfig(_Validated):
         _check_range(self, "empg_k", lo=0, lo_open=True)
         _check_range(self, "empg_k_f", lo=0)
         _check_range(self, "empg_zeta", lo=0)
+        _check_range(self, "il_coef", lo=0)
+        _check_range(self, "teacher_kl_coef", lo=0)
+        if self.teacher_kl_coef > 0 and not self.teacher_model:
+            raise ConfigError(f"RLConfig.teacher_kl_coef={self.teacher_kl_coef} needs a teacher: set teacher_model "
+                              "(\"warm-start\" for the task's shipped checkpoint, or a local model path), "
+                              "or set teacher_kl_coef=0")
         self._validate_correction()
         _check_range(self, "learning_rate", lo=0)   # 0 freezes the policy: a paired control run
         _check_range(self, "adam_beta1", lo=0, hi=1, hi_open=True)

@@ -32,6 +32,7 @@ import yaml
 
 from rl_lab.algos.advantages import sum_pi_squared, token_advantages
 from rl_lab.algos.empg import empg_advantages
+from rl_lab.algos.hybrid import imitation_nll, reverse_kl
 from rl_lab.algos.grpo import aggregate_loss, kl_k3, sequence_logprobs
 from rl_lab.algos.modes import bypass_policy_loss, decoupled_policy_loss
 from rl_lab.algos.simpletir import drop_void_trajectories
@@ -189,6 +190,7 @@ class Trainer:
         self.ref_model = None
         if cfg.beta > 0:
             self.ref_model = copy.deepcopy(self.model).requires_grad_(False).eval()
+        self.teacher = self._load_teacher() if cfg.teacher_kl_coef > 0 else None
         self.engine = engine if engine is not None else make_engine(cfg, self.model, tokenizer)
         if cfg.rollout_rs is not None and "_kl" in cfg.rollout_rs:  # exact KL needs mu's full distributions
             self.engine.record_full_logprobs = True
@@ -292,8 +294,12 @@ class Trainer:
                                              batch.completion_ids, cfg.temperature, dvp_min_p=cfg.dvp_min_p,
                                              share_prefix=cfg.share_prefix)
 
+        teacher_logp_all = self._teacher_logprobs(batch)                                 # (B, T, V) or None
+        demos = self._demonstrations(examples)                                          # SFT tensors or None
+
         # UPDATE: num_iterations optimizer steps on this batch (loss/grad_norm logged from the last)
         skipped, grad_norm, loss_value, kl_value, pg_metrics = 0, float("nan"), float("nan"), None, {}
+        hybrid_metrics = {}
         for group in self.optimizer.param_groups:
             group["lr"] = cfg.learning_rate * self._lr_factor(self.global_step)
         for it in range(cfg.num_iterations):
@@ -315,7 +321,16 @@ class Trainer:
                 kl = kl_k3(logp_safe, torch.where(mask, ref_logp, torch.zeros_like(ref_logp)))
                 per_token = per_token + cfg.beta * kl
                 kl_value = (kl.detach() * loss_mask).sum().item() / max(1, int(loss_mask.sum()))
+            if teacher_logp_all is not None:   # hybrid RL/IL: the dense gradient of KL(pi || teacher)
+                teacher_kl = reverse_kl(logp_all, teacher_logp_all)                    # (B, T)
+                per_token = per_token + cfg.teacher_kl_coef * teacher_kl
+                hybrid_metrics["teacher_kl"] = (teacher_kl.detach() * loss_mask).sum().item() / max(
+                    1, int(loss_mask.sum()))
             loss = aggregate_loss(per_token, loss_mask, cfg.loss_agg_mode, cfg.max_completion_length)
+            if demos is not None:              # hybrid RL/IL: imitation of the step's demonstrations
+                nll = imitation_nll(self.model(input_ids=demos[0], attention_mask=demos[1]).logits, demos[2])
+                loss = loss + cfg.il_coef * nll
+                hybrid_metrics["il/nll"] = nll.item()
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             params = [p for p in self.model.parameters() if p.requires_grad]
@@ -334,7 +349,7 @@ class Trainer:
                                      old_logp_safe - rollout_logp, outside, finite_mu & finite_pi, nonempty)
         metrics.update({"loss": loss_value, "grad_norm": grad_norm, "faults/skipped_steps": skipped,
                         **({"kl": kl_value} if kl_value is not None else {}), **corr_metrics, **pg_metrics,
-                        **(batch.episode_metrics or {}), **filter_metrics, **adv_metrics})
+                        **(batch.episode_metrics or {}), **filter_metrics, **adv_metrics, **hybrid_metrics})
         if self.environment is not None:   # per-turn rewards, where the task gives them
             metrics.update(turn_reward_metrics(self.task, batch.completions, columns, self.environment.max_turns))
         t1 = time.perf_counter()
@@ -375,8 +390,35 @@ class Trainer:
         token baseline (sum_v pi_v^2) and the exact-KL rejection modes.  Otherwise no (B, T, V)
         tensor outlives the backward pass (the graph holds one, as it must)."""
         cfg = self.config
-        return (cfg.advantage_estimator == "optimal_token_baseline"
+        return (cfg.advantage_estimator == "optimal_token_baseline" or cfg.teacher_kl_coef > 0
                 or (cfg.rollout_rs is not None and "_kl" in cfg.rollout_rs))
+
+    def _load_teacher(self):
+        """The frozen teacher of teacher_kl_coef (RLConfig.teacher_model), on the trainer's device."""
+        cfg = self.config
+        teacher, teacher_tok = resolve_model(cfg.teacher_model, cfg.task, seed=cfg.seed)
+        if teacher_tok.get_vocab() != self.tokenizer.get_vocab():
+            raise ConfigError(f"teacher_model={cfg.teacher_model!r} has another tokenizer than the policy: "
+                              "a per-token KL needs one vocabulary; choose a teacher trained with the same tokenizer")
+        return teacher.to(self.device).requires_grad_(False).eval()
+
+    @torch.no_grad()
+    def _teacher_logprobs(self, batch: RolloutBatch):
+        """The teacher's (B, T, V) log-distributions on the batch's contexts (None without one)."""
+        if self.teacher is None:
+            return None
+        cfg = self.config
+        _, teacher_all = sequence_logprobs(self.teacher, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
+                                           cfg.temperature, return_all=True, share_prefix=cfg.share_prefix)
+        return teacher_all
+
+    def _demonstrations(self, examples: list[dict]):
+        """(input_ids, attention_mask, labels) of the task's demonstrations for the step's prompts,
+        in the warm start's SFT format (rl_lab.warmstart.sft_batch), when il_coef > 0; else None."""
+        if self.config.il_coef <= 0:
+            return None
+        from rl_lab.warmstart import sft_batch
+        return tuple(t.to(self.device) for t in sft_batch(self.tokenizer, self.task, examples))
 
     def _logprobs(self, batch: RolloutBatch, full: bool = False):
         """The trainer's log-probs of the batch's tokens (B, T) [and entropy (B, T)], then the

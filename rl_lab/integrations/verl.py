@@ -201,6 +201,9 @@ VERL_FIELD_MAP: tuple[FieldMap, ...] = (
     _refused("empg_k", "EMPG's k (not in verl 0.9.1)", lambda v: v == 1.0),
     _refused("empg_k_f", "EMPG's k_f (not in verl 0.9.1)", lambda v: v == 1.0),
     _refused("empg_zeta", "EMPG's zeta (not in verl 0.9.1)", lambda v: v == 0.1),
+    _refused("il_coef", "verl 0.9.1's actor has no imitation (SFT) term in the RL loss", lambda v: v == 0),
+    _refused("teacher_kl_coef", "verl 0.9.1 has no KL to a teacher model (only to its reference)", lambda v: v == 0),
+    _refused("teacher_model", "no teacher without teacher_kl_coef (verl 0.9.1 has none)", lambda v: v is None),
     # --- off-policy correction: algorithm.rollout_correction ------------------------------------------
     _row("rollout_is", f"{RC}.rollout_is", "None, token or sequence"),
     _row("rollout_is_threshold", f"{RC}.rollout_is_threshold", "a float (TIS) or 'lo_hi' (IcePop)"),

@@ -1,0 +1,50 @@
+"""Hybrid online RL and imitation (Li, Li, Liu, "A Note on Hybrid Online Reinforcement and Imitation
+Learning for LLMs: Formulations and Algorithms", arXiv 2512.23097).  Shapes: B rows, T tokens, V
+vocabulary; `mask` (B, T) is 1 on the tokens that count.
+
+What the source claims (abstract and introduction only; the body was not available): one objective
+mixes online imitation (a KL to a teacher, on the student's own samples) with the task reward,
+J = E[R] - beta KL(pi || pi_T), and its gradient splits into a *dense* part, the exact per-state
+gradient of KL(pi(.|s_t) || pi_T(.|s_t)) at every visited prefix, computed over the whole
+vocabulary, and a *sparse* Monte Carlo part for the reward and the future KL.  The dense part's
+gradient with respect to the logits z has the closed form
+
+    d KL(softmax(z) || q) / d z_j = pi_j (log pi_j - log q_j - KL).
+
+What this module computes (and the trainer uses, RLConfig.teacher_kl_coef / il_coef):
+  reverse_kl             (B, T) KL(pi(.|s_t) || q(.|s_t)) exactly over the vocabulary: its autograd
+                         gradient is the dense gradient (the sparse future-KL term is not added
+                         to the reward here)
+  kl_logit_gradient      the closed form above, (B, T, V)
+  imitation_nll          the mean negative log-likelihood of demonstration tokens (offline
+                         imitation: the warm start's SFT loss on the step's prompts)
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def reverse_kl(logp_all: torch.Tensor, teacher_logp_all: torch.Tensor) -> torch.Tensor:
+    """(B, T, V) log pi and log q -> (B, T) KL(pi || q) = sum_j pi_j (log pi_j - log q_j).  Tokens
+    pi gives no mass contribute 0 (also where q is 0 there)."""
+    p = logp_all.exp()
+    diff = torch.where(p > 0, logp_all - teacher_logp_all, torch.zeros_like(p))
+    return (p * diff).sum(-1)
+
+
+def kl_logit_gradient(logits: torch.Tensor, teacher_logp_all: torch.Tensor) -> torch.Tensor:
+    """(..., V) logits z and log q -> (..., V) the gradient of KL(softmax(z) || q) with respect to z,
+    pi_j (log pi_j - log q_j - KL): zero-sum over j, zero where pi = q."""
+    logp = F.log_softmax(logits, -1)
+    kl = reverse_kl(logp, teacher_logp_all)[..., None]
+    return logp.exp() * (logp - teacher_logp_all - kl)
+
+
+def imitation_nll(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """(B, L, V) logits of prompt + demonstration, (B, L) labels (-100 where nothing is imitated:
+    the prompt, a tool's output, padding) -> scalar mean -log pi of the next labelled token."""
+    if not (labels[:, 1:] != -100).any():
+        raise ValueError("imitation_nll: no demonstration token has a label (all -100); "
+                         "check the demonstrations' labels")
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
