@@ -220,6 +220,10 @@ class RLConfig(_Validated):
     """SimpleTIR's filter (its name): drop every episode with a void turn (neither a tool call nor an
     answer) from the loss and from the group statistics, counted as filter/void_trajectories.
     Without an environment the one turn is void when it was cut by the length limit."""
+    tool_token_stats: bool = False
+    """Log SimpleTIR's measurement of a multi-turn batch at every step (tir/...: the share of sampled
+    tokens with pi < 0.1 and their logit gradient norm |A| ||e_y - pi||, right after a tool output vs
+    elsewhere; rl_lab.algos.simpletir).  Keeps pi's (B, T, V) log-probs for the step."""
     empg: bool = False
     """EMPG (rl_lab.algos.empg): scale each model turn's advantage by g(H) = exp(-k H~) / batch mean
     (H~: the turn's mean token entropy, min-max normalised over the batch), add empg_zeta times the

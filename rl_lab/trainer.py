@@ -35,7 +35,7 @@ from rl_lab.algos.empg import empg_advantages
 from rl_lab.algos.hybrid import imitation_nll, reverse_kl
 from rl_lab.algos.grpo import aggregate_loss, kl_k3, sequence_logprobs
 from rl_lab.algos.modes import bypass_policy_loss, decoupled_policy_loss
-from rl_lab.algos.simpletir import drop_void_trajectories
+from rl_lab.algos.simpletir import drop_void_trajectories, tool_conditioned_token_stats
 from rl_lab.config import ConfigError, RLConfig, SamplingConfig
 from rl_lab.corrections import rollout_correction, token_kl
 from rl_lab.engines.injectors import MismatchEngine, make_engine
@@ -257,6 +257,7 @@ class Trainer:
         if cfg.mask_truncated_completions:  # by design, not a fault: not counted under faults/
             mask &= ~batch.is_truncated[:, None]
         logp, entropy, logp_all = self._logprobs(batch, full=True)     # (B, T) x2, (B, T, V) or None
+        first_logp_all = logp_all
         old_logp = logp.detach()
         outside = mask & torch.isneginf(old_logp) if cfg.dvp_min_p > 0 else torch.zeros_like(mask)
         mask &= ~outside            # DVP: a token outside pi's safe vocabulary leaves the objective
@@ -347,6 +348,9 @@ class Trainer:
         # METRICS (TRL's names where they exist), timing, evaluation
         metrics = self._step_metrics(batch, rewards, valid, per_func, reward_errors, counted, entropy,
                                      old_logp_safe - rollout_logp, outside, finite_mu & finite_pi, nonempty)
+        if cfg.tool_token_stats and batch.env_mask is not None:   # SimpleTIR's measurement, pi before the update
+            metrics.update(tool_conditioned_token_stats(first_logp_all.detach(), batch.completion_ids, counted,
+                                                        batch.env_mask, advantages=advantages.detach()))
         metrics.update({"loss": loss_value, "grad_norm": grad_norm, "faults/skipped_steps": skipped,
                         **({"kl": kl_value} if kl_value is not None else {}), **corr_metrics, **pg_metrics,
                         **(batch.episode_metrics or {}), **filter_metrics, **adv_metrics, **hybrid_metrics})
@@ -387,10 +391,12 @@ class Trainer:
 
     def _needs_full_logprobs(self) -> bool:
         """Whether a configured estimator reads pi's whole distribution per token: the optimal
-        token baseline (sum_v pi_v^2) and the exact-KL rejection modes.  Otherwise no (B, T, V)
+        token baseline (sum_v pi_v^2), the exact-KL rejection modes, the KL to a teacher and the
+        tool-token statistics.  Otherwise no (B, T, V)
         tensor outlives the backward pass (the graph holds one, as it must)."""
         cfg = self.config
         return (cfg.advantage_estimator == "optimal_token_baseline" or cfg.teacher_kl_coef > 0
+                or cfg.tool_token_stats
                 or (cfg.rollout_rs is not None and "_kl" in cfg.rollout_rs))
 
     def _load_teacher(self):

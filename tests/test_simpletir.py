@@ -113,3 +113,12 @@ def test_tool_conditioned_stats_on_a_hand_built_batch():
     assert empty["tir/tokens/after_tool"] == 0 and math.isnan(empty["tir/low_prob_share/after_tool"])
     with pytest.raises(ValueError, match="low_prob"):
         tool_conditioned_token_stats(logp_all, tokens, mask, env, low_prob=1.5)
+
+
+def test_tool_token_stats_are_logged_for_a_multi_turn_batch():
+    batch, _ = scripted_batch()
+    row = step_on(batch, [], tool_token_stats=True, max_completion_length=40)
+    assert row["tir/tokens/after_tool"] == 4                 # one answer token after each of the 4 outputs
+    assert row["tir/tokens/elsewhere"] == int(batch.completion_mask.sum()) - 4
+    assert 0 <= row["tir/low_prob_share/after_tool"] <= 1 and row["tir/logit_grad_norm/after_tool_max"] > 0
+    assert "tir/tokens/after_tool" not in step_on(batch, [], max_completion_length=40)

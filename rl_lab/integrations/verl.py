@@ -197,6 +197,8 @@ VERL_FIELD_MAP: tuple[FieldMap, ...] = (
              lambda v: v is False),
     _refused("mask_void_turns", "SimpleTIR's void-turn filter lives in its own verl fork, not in verl 0.9.1",
              lambda v: v is False),
+    _refused("tool_token_stats", "rl_lab's SimpleTIR measurement (a metric verl 0.9.1 does not log)",
+             lambda v: v is False),
     _refused("empg", "verl 0.9.1 has no entropy-modulated advantage (EMPG)", lambda v: v is False),
     _refused("empg_k", "EMPG's k (not in verl 0.9.1)", lambda v: v == 1.0),
     _refused("empg_k_f", "EMPG's k_f (not in verl 0.9.1)", lambda v: v == 1.0),
