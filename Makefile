@@ -10,7 +10,7 @@ export RL_LAB_PRESET ?= smoke
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup vendor book test test-fast lab labs-ipynb checkpoints check-checkpoints bench clean help
+.PHONY: setup vendor book test test-fast lab labs-ipynb checkpoints check-checkpoints bench bench-long clean help
 
 help:
 	@echo "make setup   create .venv and install everything (CPU torch, book, tests, offline assets)"
@@ -20,6 +20,7 @@ help:
 	@echo "make checkpoints        regenerate the shipped warm-start checkpoints and their manifest"
 	@echo "make check-checkpoints  rebuild them in a temporary folder and compare with the manifest"
 	@echo "make bench   the four benchmarks (installs TRL, the peer library, first); see BENCHMARKS.md"
+	@echo "make bench-long     long completions, bigger models, peak memory, sweeps (about an hour)"
 
 setup:
 	@python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -78,6 +79,15 @@ bench:
 	$(PY) bench/bench_rl_step.py
 	$(PY) bench/bench_rollout.py --reps 5
 	bash bench/bench_book.sh
+
+# Issue 20's long completions (about an hour on 2 CPU cores): the RL step at T = 16/128/512 x
+# 0.3M/3M/30M against TRL and the plain step, peak memory, rollout engines at forced lengths, sweeps.
+bench-long:
+	$(PIP) install -q -e ".[bench]"
+	$(PY) bench/bench_long_completions.py
+	$(PY) bench/bench_long_completions.py --memory
+	$(PY) bench/bench_rollout.py --batches 64 --new 16 128 512 --forced --reps 3
+	$(PY) bench/bench_sweep.py
 
 # Build outputs only: runs/ holds training runs (metrics, checkpoints, models) and is never
 # deleted here; remove a run by hand, or start over in its folder with rl-lab train --overwrite.

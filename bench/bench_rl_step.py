@@ -23,6 +23,7 @@ import statistics
 import tempfile
 import time
 import warnings
+from dataclasses import dataclass
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -34,8 +35,30 @@ import torch
 from rl_lab import RLConfig, Trainer, build_model, get_task
 from rl_lab.models import quiet_hf_progress
 
-N_PROMPTS, N_GEN, MAX_NEW, LR = 8, 8, 16, 1e-4
+LR = 1e-4
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One step's batch: prompts x generations completions of up to max_new tokens; forced: every
+    completion is exactly max_new tokens (<eos> held back: min_tokens / min_new_tokens), so every
+    contender generates, scores and trains the same number of tokens."""
+    prompts: int = 8
+    generations: int = 8
+    max_new: int = 16
+    forced: bool = False
+
+    @property
+    def rows(self) -> int:
+        return self.prompts * self.generations
+
+    @property
+    def min_new(self) -> int:
+        return self.max_new if self.forced else 0
+
+
+DEFAULT = Shape()
 
 
 def sync():
@@ -49,14 +72,19 @@ def task_and_reward():
 
 
 # --------------------------------------------------------------------------- rl_lab
-def rl_lab_steps(size: str, steps: int, seed: int, share_prefix: bool = True):
-    """Yields the wall time of each of `steps` rl_lab Trainer steps."""
+def rl_lab_trainer(size: str, steps: int, seed: int, shape: Shape = DEFAULT, share_prefix: bool = True):
     model, tok = build_model(size, seed=seed)
-    cfg = RLConfig(task="addition", task_kwargs={"digits": 2}, prompts_per_step=N_PROMPTS,
-                   num_generations=N_GEN, max_completion_length=MAX_NEW, learning_rate=LR,
-                   lr_scheduler_type="linear", max_steps=steps, seed=seed, progress_bar=False,
-                   share_prefix=share_prefix)
-    trainer = Trainer(cfg, model=model, tokenizer=tok)
+    cfg = RLConfig(task="addition", task_kwargs={"digits": 2}, prompts_per_step=shape.prompts,
+                   num_generations=shape.generations, max_completion_length=shape.max_new,
+                   min_tokens=shape.min_new, learning_rate=LR, lr_scheduler_type="linear", max_steps=steps,
+                   seed=seed, progress_bar=False, share_prefix=share_prefix)
+    return Trainer(cfg, model=model, tokenizer=tok)
+
+
+def rl_lab_steps(size: str, steps: int, seed: int, shape: Shape = DEFAULT, share_prefix: bool = True,
+                 trainer=None):
+    """Yields the wall time of each of `steps` rl_lab Trainer steps."""
+    trainer = trainer or rl_lab_trainer(size, steps, seed, shape, share_prefix)
     for _ in range(steps):
         t = time.perf_counter()
         trainer.step()
@@ -65,7 +93,7 @@ def rl_lab_steps(size: str, steps: int, seed: int, share_prefix: bool = True):
 
 
 # --------------------------------------------------------------------------- plain
-def plain_steps(size: str, steps: int, seed: int):
+def plain_steps(size: str, steps: int, seed: int, shape: Shape = DEFAULT):
     """The least a GRPO step can do: HF generate, one forward/backward, AdamW.  Yields step times."""
     torch.manual_seed(seed)
     model, tok = build_model(size, seed=seed)
@@ -77,13 +105,14 @@ def plain_steps(size: str, steps: int, seed: int):
         t = time.perf_counter()
         for g in opt.param_groups:
             g["lr"] = LR * (1 - step / steps)
-        examples = [task.sample(rng) for _ in range(N_PROMPTS)]
-        rows = [e for e in examples for _ in range(N_GEN)]
+        examples = [task.sample(rng) for _ in range(shape.prompts)]
+        rows = [e for e in examples for _ in range(shape.generations)]
         enc = tok([e["prompt"] for e in rows], return_tensors="pt", padding=True).to(DEVICE)
         model.eval()
         with torch.no_grad():
             out = model.generate(**enc, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-                                 max_new_tokens=MAX_NEW, pad_token_id=tok.pad_token_id,
+                                 max_new_tokens=shape.max_new, min_new_tokens=shape.min_new,
+                                 pad_token_id=tok.pad_token_id,
                                  eos_token_id=tok.eos_token_id, disable_compile=True)
         model.train()
         P = enc["input_ids"].shape[1]
@@ -95,7 +124,7 @@ def plain_steps(size: str, steps: int, seed: int):
         texts = tok.batch_decode(comp, skip_special_tokens=True)
         r = torch.tensor(reward(completions=texts, answer=[e["answer"] for e in rows]), dtype=torch.float32,
                          device=DEVICE)
-        rg = r.view(N_PROMPTS, N_GEN)
+        rg = r.view(shape.prompts, shape.generations)
         adv = ((rg - rg.mean(1, keepdim=True)) / (rg.std(1, keepdim=True) + 1e-4)).view(-1)
         attn = torch.cat([enc["attention_mask"], torch.ones_like(comp)], 1)
         logits = model(input_ids=out, attention_mask=attn, logits_to_keep=comp.shape[1] + 1).logits
@@ -110,7 +139,8 @@ def plain_steps(size: str, steps: int, seed: int):
 
 
 # --------------------------------------------------------------------------- TRL
-def trl_steps(size: str, steps: int, seed: int, workdir: str, others: dict) -> dict[str, list[float]]:
+def trl_steps(size: str, steps: int, seed: int, workdir: str, others: dict,
+              shape: Shape = DEFAULT) -> dict[str, list[float]]:
     """TRL's GRPOTrainer for `steps` steps; after each of its steps, one step of every generator in
     `others` (name -> step-time generator), so all contenders alternate step by step.  Returns
     every contender's step times, TRL's under "TRL" (its clock excludes the others' steps)."""
@@ -148,8 +178,9 @@ def trl_steps(size: str, steps: int, seed: int, workdir: str, others: dict) -> d
     ckpt = ({"activation_checkpointing": False} if "activation_checkpointing" in fields
             else {"gradient_checkpointing": False})
     args = GRPOConfig(output_dir=os.path.join(workdir, "trl-out"), use_cpu=DEVICE == "cpu", bf16=False, fp16=False,
-                      per_device_train_batch_size=N_PROMPTS * N_GEN, gradient_accumulation_steps=1,
-                      num_generations=N_GEN, max_completion_length=MAX_NEW, learning_rate=LR,
+                      per_device_train_batch_size=shape.rows, gradient_accumulation_steps=1,
+                      num_generations=shape.generations, max_completion_length=shape.max_new, learning_rate=LR,
+                      generation_kwargs={"min_new_tokens": shape.min_new} if shape.forced else None,
                       lr_scheduler_type="linear", max_steps=steps, logging_strategy="no", save_strategy="no",
                       report_to="none", temperature=1.0, top_k=0, top_p=1.0, beta=0.0, use_vllm=False,
                       dataloader_num_workers=0, disable_tqdm=True, seed=seed, scale_rewards="group",
@@ -172,13 +203,16 @@ def paired(num: list[float], den: list[float], skip: int = 4) -> list[float]:
     return [a / b for a, b in zip(num[skip:], den[skip:])]
 
 
-def one_round(size: str, steps: int, seed: int, workdir: str, with_trl: bool, ablation: bool) -> dict:
-    """Every contender for `steps` steps, alternating step by step: TRL, rl_lab, plain, [ablation]."""
-    others = {"rl_lab": rl_lab_steps(size, steps, seed), "plain": plain_steps(size, steps, seed)}
+def one_round(size: str, steps: int, seed: int, workdir: str, with_trl: bool, ablation: bool,
+              shape: Shape = DEFAULT, rl_lab_trainer_=None) -> dict:
+    """Every contender for `steps` steps, alternating step by step: TRL, rl_lab, plain, [ablation].
+    rl_lab_trainer_: a prepared rl_lab Trainer to step (e.g. one with timers attached)."""
+    others = {"rl_lab": rl_lab_steps(size, steps, seed, shape, trainer=rl_lab_trainer_),
+              "plain": plain_steps(size, steps, seed, shape)}
     if ablation:
-        others["rl_lab, share_prefix=False"] = rl_lab_steps(size, steps, seed, share_prefix=False)
+        others["rl_lab, share_prefix=False"] = rl_lab_steps(size, steps, seed, shape, share_prefix=False)
     if with_trl:
-        return trl_steps(size, steps, seed, workdir, others)
+        return trl_steps(size, steps, seed, workdir, others, shape)
     times = {k: [] for k in others}
     for _ in range(steps):
         for name, gen in others.items():
@@ -202,8 +236,8 @@ def main():
             import trl  # noqa: F401
         except ImportError:
             raise SystemExit("TRL is not installed: pip install -e '.[bench]' (or pass --no-trl)")
-    print(f"device {DEVICE}, torch {torch.__version__}, {torch.get_num_threads()} threads; batch {N_PROMPTS}x{N_GEN}, "
-          f"max {MAX_NEW} new tokens; {a.rounds} rounds x {a.steps} steps, contenders alternating step by "
+    print(f"device {DEVICE}, torch {torch.__version__}, {torch.get_num_threads()} threads; batch "
+          f"{DEFAULT.prompts}x{DEFAULT.generations}, max {DEFAULT.max_new} new tokens; {a.rounds} rounds x {a.steps} steps, contenders alternating step by "
           "step; medians of steps 5..")
     with tempfile.TemporaryDirectory() as work:
         for size in a.sizes:

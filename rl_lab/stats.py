@@ -35,3 +35,14 @@ def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     centre = (p + z2 / (2 * n)) / (1 + z2 / n)
     half = z * np.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / (1 + z2 / n)
     return float(max(0.0, centre - half)), float(min(1.0, centre + half))
+
+
+def power_law_exponent(x, y) -> float:
+    """b of the least-squares line log y = log a + b log x (y ~ a x^b): how a cost y grows with a
+    size x (1: linearly, 2: quadratically).  Needs two or more distinct positive x and positive y."""
+    x, y = np.log(np.asarray(x, dtype=float)), np.log(np.asarray(y, dtype=float))
+    if len(x) != len(y) or len(np.unique(x)) < 2 or not (np.isfinite(x).all() and np.isfinite(y).all()):
+        raise ValueError("power_law_exponent needs two or more distinct positive x and positive y of the "
+                         f"same length, got x={np.exp(x).tolist()}, y={np.exp(y).tolist()}")
+    xc = x - x.mean()
+    return float((xc * (y - y.mean())).sum() / (xc * xc).sum())

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from rl_lab.stats import one_sample_t, welch_t
+from rl_lab.stats import one_sample_t, power_law_exponent, welch_t
 
 
 def test_welch_by_hand():
@@ -35,3 +35,12 @@ def test_wilson_interval_by_hand_and_at_the_edges():
     assert wilson_interval(10, 10)[1] == 1.0 and wilson_interval(10, 10)[0] < 0.8
     with pytest.raises(ValueError):
         wilson_interval(3, 2)
+
+
+def test_power_law_exponent_recovers_the_exponent_and_refuses_what_cannot_be_fitted():
+    x = [16, 128, 512]
+    assert power_law_exponent(x, [3 * v ** 1.5 for v in x]) == pytest.approx(1.5)
+    assert power_law_exponent(x, [7.0] * 3) == pytest.approx(0.0)
+    for bad_x, bad_y in (([16, 16], [1, 2]), ([16, 128], [1, 0]), ([16, 128], [1])):
+        with pytest.raises(ValueError, match="power_law_exponent"):
+            power_law_exponent(bad_x, bad_y)

@@ -1,0 +1,65 @@
+"""The long-completion and sweep benchmarks run (no timing is checked here: benchmarks print
+ratios, tests only keep the scripts working): a forced length really forces it for every
+contender, rl_lab's phase timers add up to its step, and the sweep benchmark's cell is a valid
+stability-map run."""
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def load(name):
+    sys.path.insert(0, str(BENCH))
+    try:
+        if name not in sys.modules:   # registered first: a dataclass looks its module up there
+            spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
+            sys.modules[name] = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(sys.modules[name])
+        return sys.modules[name]
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_forced_length_holds_for_rl_lab_and_the_plain_step(monkeypatch):
+    rl_step = load("bench_rl_step")
+    shape = rl_step.Shape(prompts=2, generations=2, max_new=12, forced=True)
+    trainer = rl_step.rl_lab_trainer("0.3M", 1, 0, shape)
+    assert trainer.step()["completions/mean_length"] == 12
+    import transformers
+    seen = []
+    generate = transformers.GenerationMixin.generate
+    monkeypatch.setattr(transformers.GenerationMixin, "generate",
+                        lambda self, *a, **k: seen.append(out := generate(self, *a, **k)) or out)
+    next(rl_step.plain_steps("0.3M", 1, 0, shape))
+    tok = trainer.tokenizer
+    completions = seen[0][:, -12:]                          # (B, 12): the new tokens, none of them <eos>
+    assert not (completions == tok.eos_token_id).any()
+
+
+def test_long_completion_benchmark_runs_and_its_phases_add_up(capsys):
+    bench = load("bench_long_completions")
+    sys.argv = ["bench_long_completions.py", "--sizes", "0.3M", "--lengths", "4", "8", "--steps", "2",
+                "--no-trl", "--threads", "1"]
+    bench.main()
+    out = capsys.readouterr().out
+    assert "rl_lab/plain time" in out and "fitted exponent" in out and "rl_lab/TRL" not in out
+    timers = bench.PhaseTimers()
+    timed_sum = timers.wrap("forward", lambda: sum(range(1000)))
+    with timers.step():
+        timed_sum()
+    row = timers.steps[0]
+    assert set(row) == set(bench.PHASES) and row["forward"] > 0 and row["other"] >= 0
+    timed_sum()                                             # disarmed: not counted
+    assert len(timers.steps) == 1
+
+
+def test_sweep_benchmark_cell_is_a_valid_sweep(tmp_path):
+    from rl_lab.sweep import plan_sweep
+    bench = load("bench_sweep")
+    sweep = plan_sweep(bench.spec(steps=300, seeds=4, out=str(tmp_path)))
+    assert len(sweep.runs) == 4
+    config = sweep.runs[0].config
+    assert (config.sampler_staleness, config.learning_rate, config.max_steps) == (2, 5e-4, 300)
