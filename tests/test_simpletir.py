@@ -44,6 +44,7 @@ def test_mask_void_turns_drops_the_void_episode_from_a_trainer_step():
     plain = step_on(batch, [], mask_void_turns=False, max_completion_length=24)
     filtered = step_on(batch, [], mask_void_turns=True, max_completion_length=24)
     assert "filter/void_trajectories" not in plain and filtered["filter/void_trajectories"] == 1
+    assert "tir/tokens/after_tool" not in plain              # tool_token_stats is off by default
     assert filtered["faults/masked_samples"] == 0          # a design choice, not a fault
     assert filtered["grad_norm"] != plain["grad_norm"] and filtered["grad_norm"] > 0
 
@@ -121,4 +122,3 @@ def test_tool_token_stats_are_logged_for_a_multi_turn_batch():
     assert row["tir/tokens/after_tool"] == 4                 # one answer token after each of the 4 outputs
     assert row["tir/tokens/elsewhere"] == int(batch.completion_mask.sum()) - 4
     assert 0 <= row["tir/low_prob_share/after_tool"] <= 1 and row["tir/logit_grad_norm/after_tool_max"] > 0
-    assert "tir/tokens/after_tool" not in step_on(batch, [], max_completion_length=40)
