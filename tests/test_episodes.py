@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from rl_lab import RLConfig, Trainer
-from rl_lab.agents import ToolEnvironment, ToolResult
-from rl_lab.agents.registry import TOOLS, run_tool
+from rl_lab.agents import ScriptedEngine, ToolEnvironment, ToolResult, script_token_ids
+from rl_lab.agents.registry import TOOLS
 from rl_lab.config import ConfigError, SamplingConfig
 from rl_lab.engines.rollout import HFEngine
 from rl_lab.models import build_model
@@ -29,37 +29,6 @@ def distinct_characters(completions, **kw):
 
 def strip_timing(rows):
     return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows]
-
-
-class ScriptedEngine(HFEngine):
-    """Samples a fixed text per row, whatever the model's logits (through `perturb_logits`).
-    A script "(2*3)|6" is the model's "(2*3)", room for the environment's answer to that call (its
-    length found by calling the tool here), then "6" and <eos>."""
-
-    def __init__(self, model, tokenizer, scripts: list[str], env: ToolEnvironment):
-        super().__init__(model, tokenizer)
-        self.rows = [self._ids(s, env) for s in scripts]
-        self.t = 0
-
-    def _ids(self, script, env):
-        tok = self.tokenizer
-        ids = []
-        *turns, last = script.split("|")
-        for turn in turns:
-            ids += tok(turn, add_special_tokens=False)["input_ids"]
-            answer = env.observation(run_tool(env.tool, env.parse_call(turn)))
-            ids += [tok.pad_token_id] * len(tok(answer, add_special_tokens=False)["input_ids"])
-        return ids + tok(last, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-
-    def generate(self, *args, **kwargs):
-        self.t = 0
-        return super().generate(*args, **kwargs)
-
-    def perturb_logits(self, logits, generator):
-        target = torch.tensor([r[min(self.t, len(r) - 1)] for r in self.rows])
-        self.t += 1
-        forced = torch.full_like(logits, -1e4)
-        return forced.scatter(-1, target[:, None], 0.0)
 
 
 class FixedEngine(HFEngine):
@@ -99,11 +68,26 @@ def test_an_episode_alternates_model_and_tool_turns():
                                      "tools/calls": 4, "tools/errors": 1, "tools/timeouts": 0, "tools/truncated": 0}
 
 
+def test_a_script_leaves_room_for_each_tool_answer_and_checks_itself():
+    """rl_lab.agents.ScriptedEngine: a '|' follows a complete call and reserves as many (pad)
+    positions as the tool's answer has tokens; a misplaced '|' or a wrong row count says what to change."""
+    model, tok = build_model("0.3M", seed=0)
+    ids = script_token_ids("(2*3)|6", tok, CHARS)
+    enc = lambda text: tok(text, add_special_tokens=False)["input_ids"]   # noqa: E731
+    assert ids == enc("(2*3)") + [tok.pad_token_id] * len(enc("=6|")) + enc("6") + [tok.eos_token_id]
+    assert script_token_ids("7", tok, CHARS) == enc("7") + [tok.eos_token_id]
+    with pytest.raises(ValueError, match=r"turn 0 \('2\*3'\) .* does not end with a complete call \(\.\.\.\)"):
+        script_token_ids("2*3|6", tok, CHARS)
+    engine = ScriptedEngine(model, tok, ["7", "8", "9"], CHARS)
+    with pytest.raises(ValueError, match="3 scripts but generate.. asks for 2 prompts x 2 = 4 rows"):
+        engine.generate(["1+1=", "2+2="], 2, SamplingConfig(max_completion_length=8), environment=CHARS)
+
+
 def test_the_last_turn_executes_no_call_and_a_cut_turn_is_void():
-    batch, _ = scripted_batch(env=replace(CHARS, max_turns=1), scripts=("(2*3)6", "(1+1)" + "1" * 50))
-    assert batch.completions[0] == "(2*3)6" and not batch.env_mask.any()
+    batch, _ = scripted_batch(env=replace(CHARS, max_turns=1), scripts=("(2*3)6", "(1+1)" + "1" * 50, "7", "(2*3)"))
+    assert batch.completions[0] == "(2*3)6" and batch.completions[3] == "(2*3)" and not batch.env_mask.any()
     assert batch.episode_metrics["tools/calls"] == 0
-    assert batch.episode_metrics["turns/void_fraction"] == 0.5   # row 1 hit the length limit mid-turn
+    assert batch.episode_metrics["turns/void_fraction"] == 0.25   # row 1 hit the length limit mid-turn
 
 
 def test_max_turns_one_is_the_single_turn_trainer_bit_for_bit():

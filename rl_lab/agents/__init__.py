@@ -7,12 +7,14 @@
   episodes     ToolEnvironment: multi-turn episodes (model turn, tool output as tokens, ... up to K
                turns) that HFEngine.generate(..., environment=), VLLMEngine.generate(...,
                environment=) and Trainer(..., environment=) run
+  scripted     ScriptedEngine: HFEngine writing fixed episode scripts ("(2*3)|6"), for examples and tests
 """
 from rl_lab.agents.calculator import CalculatorLimits, calculator
 from rl_lab.agents.episodes import ToolEnvironment
 from rl_lab.agents.python_tool import SandboxLimits, run_python, sandbox_guarantees
 from rl_lab.agents.registry import TOOLS, get_tool, register_tool, run_tool
 from rl_lab.agents.result import ToolResult
+from rl_lab.agents.scripted import ScriptedEngine, script_token_ids
 
-__all__ = ["CalculatorLimits", "SandboxLimits", "TOOLS", "ToolEnvironment", "ToolResult", "calculator", "get_tool",
-           "register_tool", "run_python", "run_tool", "sandbox_guarantees"]
+__all__ = ["CalculatorLimits", "SandboxLimits", "ScriptedEngine", "TOOLS", "ToolEnvironment", "ToolResult", "calculator",
+           "get_tool", "register_tool", "run_python", "run_tool", "sandbox_guarantees", "script_token_ids"]
