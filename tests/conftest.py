@@ -1,4 +1,8 @@
+import functools
 import os
+import re
+import shutil
+import subprocess
 
 import pytest
 import torch
@@ -47,3 +51,38 @@ def rebuilt_warm_start(tmp_path_factory):
     out = subprocess.run([sys.executable, "-m", "rl_lab.warmstart", *CI_REBUILT, "--check", "--out", str(out_dir)],
                          capture_output=True, text=True, timeout=900)
     return {"dir": out_dir, "returncode": out.returncode, "log": out.stdout + out.stderr[-3000:]}
+
+
+# --------------------------------------------------------------------------- Chromium
+# For the browser tests (tests/test_book_html.py, tests/test_jupyterlab.py).
+def _chromium_candidates() -> list[str]:
+    env = os.environ.get("CHROMIUM")
+    names = [env] if env else []
+    names += ["chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"]
+    return [p for p in (shutil.which(n) for n in names if n) if p]
+
+
+@functools.lru_cache(maxsize=1)
+def find_chromium() -> str | None:
+    """The first candidate ($CHROMIUM, then the usual names on PATH) whose --version runs."""
+    for exe in _chromium_candidates():
+        try:  # Ubuntu's chromium-browser may be a snap stub that cannot run
+            r = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if r.returncode == 0 and re.search(r"\d+\.\d+", r.stdout):
+            return exe
+    return None
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    """The path of a working Chromium/Chrome. Without one the test skips, or fails with
+    RL_LAB_REQUIRE_BOOK=1 (CI), where the browser checks must run."""
+    exe = find_chromium()
+    if exe is None:
+        reason = "no Chromium/Chrome found (apt-get install chromium, or set $CHROMIUM)"
+        if os.environ.get("RL_LAB_REQUIRE_BOOK", "") == "1":
+            pytest.fail(f"{reason} (RL_LAB_REQUIRE_BOOK=1 makes this a failure)")
+        pytest.skip(reason)
+    return exe

@@ -19,7 +19,8 @@ the menu's SVG renderer).
 
 Skips (with the reason) when _build/html or _vendor/ does not exist or no Chromium is found,
 except with RL_LAB_REQUIRE_BOOK=1 (CI), where those conditions are failures.
-Chromium: $CHROMIUM, else the first of chromium, chromium-browser, google-chrome(-stable) on PATH.
+Chromium: $CHROMIUM, else the first of chromium, chromium-browser, google-chrome(-stable) on PATH
+(the `chromium` fixture in tests/conftest.py).
 Optional: RL_LAB_BOOK_SCREENSHOTS=<dir> also saves a PNG of every page there.
 """
 
@@ -31,7 +32,6 @@ import http.server
 import json
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 import threading
@@ -99,25 +99,6 @@ def toc_pages() -> list[str]:
 
 
 # --------------------------------------------------------------------------- browser + server
-def _chromium_candidates() -> list[str]:
-    env = os.environ.get("CHROMIUM")
-    names = [env] if env else []
-    names += ["chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome"]
-    return [p for p in (shutil.which(n) for n in names if n) if p]
-
-
-@functools.lru_cache(maxsize=1)
-def find_chromium() -> str | None:
-    for exe in _chromium_candidates():
-        try:  # Ubuntu's chromium-browser may be a snap stub that cannot run
-            r = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if r.returncode == 0 and re.search(r"\d+\.\d+", r.stdout):
-            return exe
-    return None
-
-
 def _chromium_args(exe: str, profile: str) -> list[str]:
     return [
         exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -289,14 +270,6 @@ def _is_external(url: str) -> bool:
 
 
 # --------------------------------------------------------------------------- fixtures
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    exe = find_chromium()
-    if exe is None:
-        _unavailable("no Chromium/Chrome found (apt-get install chromium, or set $CHROMIUM)")
-    return exe
-
-
 @pytest.fixture(scope="module")
 def book_server():
     if not (HTML_DIR / "index.html").is_file():

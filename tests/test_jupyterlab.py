@@ -21,7 +21,8 @@ The server and the browser are stopped, with every process they started, even wh
 (the test checks that none is left).
 
 Skips (with the reason) when no Chromium is found, except with RL_LAB_REQUIRE_BOOK=1 (CI), where it
-fails. Chromium: $CHROMIUM, else chromium, chromium-browser, google-chrome(-stable) on PATH.
+fails. Chromium: $CHROMIUM, else chromium, chromium-browser, google-chrome(-stable) on PATH (the
+`chromium` fixture in tests/conftest.py).
 The other tests here are fast static checks of the `make lab` setup.
 """
 
@@ -465,16 +466,6 @@ def _run_failure(state: dict) -> str | None:
 
 
 # --------------------------------------------------------------------------- tests
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    from test_book_html import find_chromium
-
-    exe = find_chromium()
-    if exe is None:
-        _unavailable("no Chromium/Chrome found (apt-get install chromium, or set $CHROMIUM)")
-    return exe
-
-
 @pytest.mark.slow
 def test_lab1_runs_in_jupyterlab(chromium, tmp_path):
     if importlib.util.find_spec("jupyterlab") is None:
