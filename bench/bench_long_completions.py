@@ -15,7 +15,7 @@ Three more outputs:
   corrections + advantages + loss + metrics), from timers around those calls in its own steps;
 * how each contender's step time grows with T: the exponent b of a least-squares fit
   time = a * T^b over the lengths run (b = 1: linear; attention alone would push it toward 2);
-* `--memory`: each contender alone in a fresh child process for one step (plus one warm-up), the
+* `--memory`: each contender alone in a fresh child process for one step, the
   child's peak resident memory (getrusage ru_maxrss), since one process cannot tell its
   contenders' peaks apart.
 Batch sizes shrink with the model so a cell fits in minutes on 2 CPU cores (BATCH below); the
@@ -175,30 +175,37 @@ def print_cells(cells, names):
 
 # --------------------------------------------------------------------------- peak memory
 def child_main(contender: str, size: str, length: int):
-    """One contender alone: a warm-up step and one more; print the process's peak RSS."""
+    """One contender alone for one step (the optimizer state exists from the first); print the
+    process's peak RSS, and its peak before the step (the libraries imported, nothing built)."""
     prompts, gens = BATCH[size]
     shape = rl_step.Shape(prompts, gens, length, forced=True)
+    if contender == "TRL":
+        from trl import GRPOConfig, GRPOTrainer  # noqa: F401  (imported before the baseline)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     with tempfile.TemporaryDirectory() as work:
         if contender == "TRL":
-            rl_step.trl_steps(size, 2, 1, work, {}, shape)
+            rl_step.trl_steps(size, 1, 1, work, {}, shape)
         else:
-            gen = (rl_step.rl_lab_steps(size, 2, 1, shape) if contender == "rl_lab"
-                   else rl_step.plain_steps(size, 2, 1, shape))
+            gen = (rl_step.rl_lab_steps(size, 1, 1, shape) if contender == "rl_lab"
+                   else rl_step.plain_steps(size, 1, 1, shape))
             for _ in gen:
                 pass
-    print(json.dumps({"maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"maxrss_mib": peak, "before_mib": before}))
 
 
 def memory_table(sizes, length, names, threads):
-    print(f"\npeak resident memory at T = {length}, each contender alone in a fresh process "
-          "(one warm-up step and one step; the model, optimizer state and Python itself included):")
+    print(f"\npeak resident memory at T = {length}, each contender alone in a fresh process for one step: "
+          "the whole process (Python, libraries, model, optimizer state, activations) and, in brackets, "
+          "what the step added to the peak after the libraries were imported:")
     for size in sizes:
         row = []
         for name in names:
             out = subprocess.run([sys.executable, __file__, "--child", name, size, str(length),
                                   "--threads", str(threads)], capture_output=True, text=True, check=True)
-            row.append(f"{name} {json.loads(out.stdout.strip().splitlines()[-1])['maxrss_mib']:.0f} MiB")
-        print(f"  {size:>5} ({'x'.join(map(str, BATCH[size]))} rows): " + ", ".join(row))
+            m = json.loads(out.stdout.strip().splitlines()[-1])
+            row.append(f"{name} {m['maxrss_mib']:.0f} MiB (+{m['maxrss_mib'] - m['before_mib']:.0f})")
+        print(f"  {size:>5} ({'x'.join(map(str, BATCH[size]))} rows): " + ", ".join(row), flush=True)
 
 
 def main():
