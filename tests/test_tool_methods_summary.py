@@ -52,3 +52,12 @@ def test_shipped_table_has_every_cell_and_a_verdict():
     assert len(results) == 10 and (results["seeds"] == 4).all()
     assert set(results["eval_reward_verdict"]) <= {"control", "gain", "loss", "null"}
     assert tm.simpletir_claim(tm.spike_table()) in ("reproduced", "not reproduced")
+
+
+def test_fisher_one_sided_is_the_hypergeometric_tail():
+    assert abs(tm.fisher_one_sided(0, 8, 4, 8, "less") - 70 / 1820) < 1e-15     # C(8,4) / C(16,4)
+    assert abs(tm.fisher_one_sided(8, 8, 4, 8, "more") - 70 / 1820) < 1e-15     # the mirror table
+    assert tm.fisher_one_sided(4, 8, 4, 8, "less") > 0.5 and tm.fisher_one_sided(2, 4, 2, 4, "more") > 0.5
+    assert abs(tm.fisher_one_sided(5, 8, 0, 8, "less") - 1) < 1e-12              # the whole distribution
+    with pytest.raises(ValueError, match="'less' or 'more'"):
+        tm.fisher_one_sided(1, 2, 1, 2, "two-sided")

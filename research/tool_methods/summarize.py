@@ -32,6 +32,9 @@ RUNS = ROOT / "runs/tool_methods"
 METHODS = ("grpo", "mask_void", "empg", "trloo", "hybrid_il")
 """Spec names in priority order; grpo is the control."""
 CONTROL = "grpo"
+FOLLOWUP = {"hybrid_il": "less", "empg": "more"}
+"""The follow-up's hypotheses (NOTES.md): each method collapses less / more often than GRPO on OOD
+outputs, on fresh seeds (results/followup_<method>.csv)."""
 OUTCOMES = ("eval_reward", "reward_last")
 """Primary (greedy held-out success, 512 prompts) and secondary (sampled reward, last fifth)."""
 ALPHA = 0.05
@@ -97,6 +100,19 @@ def holm(pvalues) -> np.ndarray:
         running = max(running, min(1.0, (len(p) - rank) * p[i]))
         adjusted[i] = running
     return adjusted
+
+
+def fisher_one_sided(hits_a: int, n_a: int, hits_b: int, n_b: int, direction: str) -> float:
+    """Fisher's exact test of a 2x2 table (hits_a of n_a against hits_b of n_b): the probability,
+    given the total number of hits, that group a has at most ("less") or at least ("more") hits_a
+    (the hypergeometric distribution)."""
+    if direction not in ("less", "more"):
+        raise ValueError(f"fisher_one_sided: direction is 'less' or 'more', got {direction!r}")
+    total, n = hits_a + hits_b, n_a + n_b
+    lo, hi = max(0, total - n_b), min(total, n_a)
+    pmf = {k: math.comb(n_a, k) * math.comb(n_b, total - k) / math.comb(n, total) for k in range(lo, hi + 1)}
+    tail = [k for k in pmf if (k <= hits_a if direction == "less" else k >= hits_a)]
+    return float(min(1.0, sum(pmf[k] for k in tail)))
 
 
 def verdict(diff: float, p_adjusted: float) -> str:
@@ -198,11 +214,44 @@ def simpletir_claim(spike_rows: pd.DataFrame) -> str:
     return "not reproduced"
 
 
+def followup_table(folder: Path = RESULTS) -> pd.DataFrame:
+    """The follow-up (NOTES.md): per hypothesis, collapsed runs on fresh seeds against GRPO's,
+    Fisher's one-sided p, Holm over the hypotheses, the verdict; beside it the held-out success
+    difference (Welch, two-sided) and the collapse counts pooled with seeds 0-3 (descriptive)."""
+    def load(name):
+        d = pd.read_csv(folder / f"followup_{name}.csv")
+        return d.assign(collapsed=d["collapsed"].astype(bool))
+    control = load(CONTROL)
+    main = load_runs(folder)
+    main_ood = main[main["style"] == "ood"].assign(collapsed=lambda d: d["collapsed"].astype(bool))
+    rows = []
+    for method, direction in FOLLOWUP.items():
+        cell = load(method)
+        w = welch(cell["eval_reward"], control["eval_reward"])
+        pooled = {m: pd.concat([main_ood[main_ood["method"] == m]["collapsed"], d["collapsed"]])
+                  for m, d in ((method, cell), (CONTROL, control))}
+        rows.append({"method": method, "hypothesis": f"collapses {direction} often than {CONTROL}",
+                     "collapsed": f"{int(cell['collapsed'].sum())}/{len(cell)}",
+                     "control_collapsed": f"{int(control['collapsed'].sum())}/{len(control)}",
+                     "p": fisher_one_sided(int(cell["collapsed"].sum()), len(cell),
+                                           int(control["collapsed"].sum()), len(control), direction),
+                     "eval_reward": cell["eval_reward"].mean(), "control_eval_reward": control["eval_reward"].mean(),
+                     "eval_p": w["p"],
+                     "pooled_0_11": f"{int(pooled[method].sum())}/{len(pooled[method])} vs "
+                                    f"{int(pooled[CONTROL].sum())}/{len(pooled[CONTROL])}"})
+    out = pd.DataFrame(rows)
+    out["p_holm"] = holm(out["p"])
+    out["verdict"] = np.where(out["p_holm"] < ALPHA, "supported", "not supported")
+    return out
+
+
 def collect(runs: Path = RUNS, folder: Path = RESULTS) -> None:
-    """Copy each sweep's results.csv and every run's per-step series into `folder`."""
+    """Copy each sweep's results.csv (the main comparison's and the follow-up's) and every run's
+    per-step series into `folder`."""
     folder.mkdir(exist_ok=True)
     series = []
-    for method in METHODS:
+    names = [*METHODS, *(f"followup_{m}" for m in (CONTROL, *FOLLOWUP))]
+    for method in names:
         src = runs / method / "results.csv"
         if not src.exists():
             print(f"[collect] {method}: no {src} (not run)")
@@ -235,6 +284,9 @@ def main(argv: list[str]) -> None:
     print()
     print(fmt(s))
     print(f"\nSimpleTIR's spike claim (NOTES.md rule): {simpletir_claim(s)}")
+    if (RESULTS / f"followup_{CONTROL}.csv").exists():
+        print("\nFollow-up on fresh seeds 4-11, OOD outputs (NOTES.md):")
+        print(fmt(followup_table()))
 
 
 if __name__ == "__main__":
