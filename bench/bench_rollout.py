@@ -80,6 +80,8 @@ def main():
         else:
             model, tok = build_model(size, seed=0)
         model = model.to(device)
+        # a context for the longest completion (rotary embeddings have no hard limit; vLLM reads this)
+        model.config.max_position_embeddings = max(model.config.max_position_embeddings, max(a.new) + 16)
         params = sum(p.numel() for p in model.parameters())
         hf = HFEngine(model, tok, a.dtype)
         generic = HFEngine(model, tok, a.dtype)

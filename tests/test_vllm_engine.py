@@ -103,6 +103,17 @@ def test_eos_padding_truncation_and_determinism(setup):
     assert torch.equal(g1.completion_ids[0::2], g1.completion_ids[1::2])  # top_k=1 is greedy
 
 
+def test_min_tokens_forces_the_length_and_a_too_long_request_is_refused(setup):
+    model, tok, eng = setup
+    forced = eng.generate(PROMPTS, 4, SamplingConfig(max_completion_length=24, min_tokens=24),
+                          torch.Generator().manual_seed(0))
+    assert forced.completion_mask.sum(1).tolist() == [24] * 12          # no <eos> before 24 tokens
+    assert not (forced.completion_ids == tok.eos_token_id).any()
+    # vLLM would stop silently at max_model_len (128 here): the engine says so instead
+    with pytest.raises(ValueError, match="max_model_len=128"):
+        eng.generate(PROMPTS, 2, SamplingConfig(max_completion_length=125), torch.Generator())
+
+
 def test_use_vllm_config_errors_name_the_field():
     from rl_lab.config import ConfigError
     with pytest.raises(ConfigError, match="sampler_staleness"):

@@ -131,6 +131,7 @@ class VLLMEngine:
                                 enforce_eager=enforce_eager, logprobs_mode="processed_logprobs",
                                 use_tqdm_on_load=False,
                                 gpu_memory_utilization=0.3 if on_gpu else memory_fraction)
+        self.max_model_len = self.llm.llm_engine.vllm_config.model_config.max_model_len
         self.copy_weights = False   # nothing for a checkpoint to keep: weights come from the trainer
         self.syncs = 0
 
@@ -178,6 +179,16 @@ class VLLMEngine:
             stop_token_ids=[self.tokenizer.eos_token_id] + ([call_stop] if call_stop is not None else []),
             skip_special_tokens=False)
 
+    def _check_length(self, prompt_len: int, max_completion_length: int) -> None:
+        """vLLM stops a sequence at max_model_len without saying so: refuse a batch that could
+        reach it, rather than return completions shorter than asked for."""
+        if prompt_len + max_completion_length > self.max_model_len:
+            raise ValueError(f"VLLMEngine: a {prompt_len}-token prompt plus max_completion_length="
+                             f"{max_completion_length} exceeds the engine's max_model_len={self.max_model_len} "
+                             "(the model's max_position_embeddings by default, which vLLM does not let it pass: "
+                             "its rotary table ends there); shorten the completions, or use a model whose "
+                             f"max_position_embeddings is >= {prompt_len + max_completion_length}")
+
     @torch.no_grad()
     def generate(self, prompts: list[str], n: int, sampling: SamplingConfig,
                  generator: torch.Generator | None = None, environment=None) -> RolloutBatch:
@@ -193,6 +204,7 @@ class VLLMEngine:
         enc = tok(prompts, return_tensors="pt", padding=True)                # left padded
         ids, am = enc["input_ids"], enc["attention_mask"]                     # (N, P)
         prompt_rows = [ids[i][am[i].bool()].tolist() for i in range(len(prompts))]
+        self._check_length(max(map(len, prompt_rows)), sampling.max_completion_length)
         episodes = environment.start(len(prompts) * n, tok) if environment is not None else None
         call_stop = episodes.close_last if episodes is not None and episodes.multi_turn else None
         # one independent, reproducible seed per prompt, drawn from the caller's generator
