@@ -61,3 +61,10 @@ def test_fisher_one_sided_is_the_hypergeometric_tail():
     assert abs(tm.fisher_one_sided(5, 8, 0, 8, "less") - 1) < 1e-12              # the whole distribution
     with pytest.raises(ValueError, match="'less' or 'more'"):
         tm.fisher_one_sided(1, 2, 1, 2, "two-sided")
+
+
+def test_shipped_followup_has_both_hypotheses_on_eight_fresh_seeds():
+    followup = tm.followup_table()
+    assert list(followup["method"]) == list(tm.FOLLOWUP)
+    assert (followup["collapsed"].str.endswith("/8")).all() and (followup["p_holm"] >= followup["p"]).all()
+    assert set(followup["verdict"]) <= {"supported", "not supported"}
