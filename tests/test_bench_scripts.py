@@ -39,10 +39,10 @@ def test_forced_length_holds_for_rl_lab_and_the_plain_step(monkeypatch):
     assert not (completions == tok.eos_token_id).any()
 
 
-def test_long_completion_benchmark_runs_and_its_phases_add_up(capsys):
+def test_long_completion_benchmark_runs_and_its_phases_add_up(capsys, monkeypatch):
     bench = load("bench_long_completions")
-    sys.argv = ["bench_long_completions.py", "--sizes", "0.3M", "--lengths", "4", "8", "--steps", "2",
-                "--no-trl", "--threads", "1"]
+    monkeypatch.setattr(sys, "argv", ["bench_long_completions.py", "--sizes", "0.3M", "--lengths", "4", "8",
+                                      "--steps", "2", "--no-trl", "--threads", "1"])
     bench.main()
     out = capsys.readouterr().out
     assert "rl_lab/plain time" in out and "fitted exponent" in out and "rl_lab/TRL" not in out
