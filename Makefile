@@ -51,10 +51,12 @@ lab:
 	  --LabApp.app_settings_dir="$(CURDIR)/tools/jupyterlab/settings" $$([ "$$(id -u)" != 0 ] || echo --allow-root) $(LAB_ARGS)
 
 # MyST Markdown labs -> throwaway .ipynb copies for nbval (sources stay output-free).
+# The labs nbval must run: all, except those `make book` has just executed from these exact files
+# and environment (tools/lab_stamp.py; RL_LAB_NBVAL_ALL=1 runs all).
 labs-ipynb:
 	rm -rf _build/nbtest && mkdir -p _build/nbtest
-	$(VENV)/bin/jupytext --quiet --to ipynb --output-dir _build/nbtest labs/*.md 2>/dev/null || \
-	  for f in labs/*.md; do $(VENV)/bin/jupytext --quiet --to ipynb -o _build/nbtest/$$(basename $${f%.md}).ipynb $$f; done
+	@labs="$$($(PY) tools/lab_stamp.py --stale)"; \
+	for f in $$labs; do $(VENV)/bin/jupytext --quiet --to ipynb -o _build/nbtest/$$(basename $${f%.md}).ipynb $$f || exit 1; done
 
 book:
 	bash tools/build_book.sh

@@ -298,7 +298,9 @@ class RLConfig(_Validated):
     """"auto" (CUDA if present, else CPU), "cpu" or "cuda"."""
     share_prefix: bool = True
     """The trainer's forward runs each distinct prompt once and reuses its key/value cache for
-    the prompt's rows (rl_lab.engines.shared_prefix; same log-probs and gradients to rounding).  False:
+    the prompt's rows (rl_lab.engines.shared_prefix; same log-probs and gradients to rounding),
+    when that skips at least 15% of the batch's tokens (`MIN_SAVED_FRACTION`; short prompts under
+    long completions take the plain forward, which is then faster and smaller).  False:
     one plain forward over every row, for a model whose forward takes no cache."""
     progress_bar: bool = True
 

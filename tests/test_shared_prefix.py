@@ -7,7 +7,7 @@ from rl_lab.algos.grpo import sequence_logprobs
 from rl_lab.config import SamplingConfig
 from rl_lab.engines.fast_decode import StaticDecoder
 from rl_lab.engines.rollout import HFEngine
-from rl_lab.engines.shared_prefix import completion_logits
+from rl_lab.engines.shared_prefix import MIN_SAVED_FRACTION, completion_logits, saved_fraction
 
 PROMPTS = ["12+34=", "7+8=", "rev:12345="]   # different lengths: left padding is exercised
 
@@ -24,6 +24,17 @@ def _grads(model, fn):
     return out.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
+def _forward_calls(model, fn):
+    """How many times fn calls the model's forward: 2 on the shared path, 1 on the plain one."""
+    calls = []
+    handle = model.register_forward_hook(lambda *_: calls.append(1))
+    try:
+        fn()
+    finally:
+        handle.remove()
+    return len(calls)
+
+
 def test_shared_logits_and_gradients_equal_the_plain_forward(fresh_tiny):
     model, tok = fresh_tiny
     model.train()
@@ -31,6 +42,8 @@ def test_shared_logits_and_gradients_equal_the_plain_forward(fresh_tiny):
     args = (b.prompt_ids, b.prompt_mask, b.completion_ids)
     plain, g_plain = _grads(model, lambda: completion_logits(model, *args, share_prefix=False))
     shared, g_shared = _grads(model, lambda: completion_logits(model, *args, share_prefix=True))
+    assert _forward_calls(model, lambda: completion_logits(model, *args)) == 2   # the shared path ran
+    assert _forward_calls(model, lambda: completion_logits(model, *args, share_prefix=False)) == 1
     assert shared.shape == plain.shape == (*b.completion_ids.shape, len(tok))
     assert (shared - plain).abs().max().item() < 1e-5
     assert g_plain.keys() == g_shared.keys() and len(g_plain) > 0
@@ -117,3 +130,25 @@ def test_trainer_updates_equal_with_and_without_sharing():
         assert abs(a["loss"] - b["loss"]) < 1e-5 and abs(a["grad_norm"] - b["grad_norm"]) < 1e-4 * (1 + b["grad_norm"])
         assert a["completions/mean_length"] == b["completions/mean_length"]
     assert max((w_shared[n] - w_plain[n]).abs().max().item() for n in w_plain) < 1e-5
+
+
+def test_saved_fraction_decides_the_path(tiny):
+    """The prompt is shared only when it skips at least MIN_SAVED_FRACTION of the tokens: short
+    prompts under long completions take the plain forward (same logits either way)."""
+    assert saved_fraction(64, 8, 7, 16) == pytest.approx(56 * 7 / (64 * 23))           # 26.6%: shared
+    assert saved_fraction(64, 8, 7, 512) == pytest.approx(56 * 7 / (64 * 519))         # 1.2%: plain
+    assert saved_fraction(8, 8, 7, 16) == 0.0                                          # nothing repeats
+    model, tok = tiny
+    b = HFEngine(model, tok).generate(PROMPTS, 4, SamplingConfig(max_completion_length=80, min_tokens=80),
+                                      torch.Generator().manual_seed(0))
+    P, T = b.prompt_ids.shape[1], b.completion_ids.shape[1]
+    frac = saved_fraction(len(b.prompt_ids), len(PROMPTS), P, T)
+    assert 0 < frac < MIN_SAVED_FRACTION, (P, T, frac)    # this batch repeats too little to share
+    args = (b.prompt_ids, b.prompt_mask, b.completion_ids)
+    with torch.no_grad():
+        assert _forward_calls(model, lambda: completion_logits(model, *args)) == 1
+        assert _forward_calls(model, lambda: completion_logits(model, *args, min_saved_fraction=0.0)) == 2
+        assert _forward_calls(model, lambda: completion_logits(model, *args, min_saved_fraction=frac)) == 2
+        default = completion_logits(model, *args)
+        forced = completion_logits(model, *args, min_saved_fraction=0.0)
+    assert (default - forced).abs().max().item() < 1e-5

@@ -57,7 +57,7 @@ print(f"build_book: kernel python3 -> {exe}  (spec {spec.resource_dir})")
 EOF
 
 # Stale state: jupyter-cache ignores rl_lab changes, and old error reports would confuse.
-rm -rf _build/.jupyter_cache _build/html/reports _build/jupyter_execute
+rm -rf _build/.jupyter_cache _build/html/reports _build/jupyter_execute _build/labs_executed.json
 mkdir -p _build
 LOG="_build/build_book.log"
 
@@ -83,4 +83,7 @@ if [[ $rc -ne 0 ]]; then
   exit "$rc"
 fi
 
+# The labs this build executed, and a fingerprint of what they ran on: `make test` skips them
+# under nbval while nothing has changed (tools/lab_stamp.py).
+"$PY" tools/lab_stamp.py --record
 echo "build_book: OK in $(elapsed)s -> _build/html/index.html"

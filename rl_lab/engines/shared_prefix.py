@@ -14,8 +14,17 @@ completions, most of it for the long prompts of real reasoning and agent tasks. 
 trainer-side twin of the prefix cache that vLLM and `HFEngine` use when sampling (the same
 idea as the "shared-prefix forward" of Prefix Grouper, Liu et al. 2025).
 
-Any Hugging Face causal LM with a key/value cache works; with no repeated prompt, or
-`share_prefix=False`, it is the plain single forward.
+Sharing is not free.  The completion pass attends from T queries to P + T keys through the
+cache, so the attention needs an explicit mask: Hugging Face's SDPA path then expands the
+grouped key/value heads and torch keeps a float copy of the mask for the backward, about
+B x T x (P + T) floats per layer.  With short prompts under long completions that costs more
+than it saves: 3M, 64 rows, P = 7, T = 512 took about 1.1x the plain forward's time and 750 MiB
+more memory for 1% fewer tokens.  So the prompt is shared only when the repeated prompt tokens
+are at least `MIN_SAVED_FRACTION` of the batch's tokens; the break-even, measured on 0.3M and 3M
+at P = 7 to 128 and T = 16 to 512 (BENCHMARKS.md section 5), lies near 15%.
+
+Any Hugging Face causal LM with a key/value cache works; with no repeated prompt, too few
+repeated tokens, or `share_prefix=False`, it is the plain single forward.
 
 Chapter 1 (book/ch01_rl_on_one_page.md) explains the shared-prompt forward.
 """
@@ -25,6 +34,10 @@ import functools
 import inspect
 
 import torch
+
+MIN_SAVED_FRACTION = 0.15
+"""Share the prompt only when (B - U) x P, the prompt tokens it skips, is at least this fraction
+of the B x (P + T) tokens of the plain forward."""
 
 
 def cache_argument(model) -> str:
@@ -43,12 +56,20 @@ def returned_cache(out):
     return cache if cache is not None else out.past_key_values
 
 
-def completion_logits(model, prompt_ids, prompt_mask, completion_ids, share_prefix: bool = True):
+def saved_fraction(batch_size: int, distinct_prompts: int, prompt_len: int, completion_len: int) -> float:
+    """The fraction of the plain forward's tokens that sharing the prompt skips:
+    (B - U) x P / (B x (P + T))."""
+    return (batch_size - distinct_prompts) * prompt_len / (batch_size * (prompt_len + completion_len))
+
+
+def completion_logits(model, prompt_ids, prompt_mask, completion_ids, share_prefix: bool = True,
+                      min_saved_fraction: float = MIN_SAVED_FRACTION):
     """Raw logits predicting each completion token: (B, T, V), row b position t is the
     distribution of completion_ids[b, t] given the prompt and completion_ids[b, :t].
 
     prompt_ids, prompt_mask: (B, P) left-padded; completion_ids: (B, T).  Position ids count
-    real tokens only, as the sampler's do.
+    real tokens only, as the sampler's do.  The prompts are shared when `share_prefix` and the
+    tokens skipped are at least `min_saved_fraction` of the batch's (0: whenever one repeats).
     """
     B, P = prompt_ids.shape
     T = completion_ids.shape[1]
@@ -58,7 +79,9 @@ def completion_logits(model, prompt_ids, prompt_mask, completion_ids, share_pref
     if share_prefix and B > 1:
         rows = torch.cat([prompt_ids, prompt_mask.to(prompt_ids.dtype)], dim=1)        # (B, 2P)
         distinct, inverse = torch.unique(rows, dim=0, return_inverse=True)             # (U, 2P), (B,)
-    if distinct is None or len(distinct) == B:  # nothing repeated: the plain forward
+    if distinct is not None and saved_fraction(B, len(distinct), P, T) < min_saved_fraction:
+        distinct = None                         # too little repeated to pay for the masked attention
+    if distinct is None or len(distinct) == B:  # nothing (worth) sharing: the plain forward
         input_ids = torch.cat([prompt_ids, completion_ids], dim=1)                     # (B, P+T)
         return model(input_ids=input_ids, attention_mask=attn, position_ids=positions,
                      logits_to_keep=T + 1).logits[:, :-1]                              # (B, T, V)
