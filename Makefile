@@ -10,7 +10,7 @@ export RL_LAB_PRESET ?= smoke
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup vendor book test test-fast lab labs-ipynb checkpoints check-checkpoints bench bench-long clean help
+.PHONY: setup vendor book test test-fast lab labs-ipynb checkpoints check-checkpoints bench bench-short bench-long clean help
 
 help:
 	@echo "make setup   create .venv and install everything (CPU torch, book, tests, offline assets)"
@@ -19,8 +19,9 @@ help:
 	@echo "make lab     JupyterLab on the labs (localhost:$(LAB_PORT), token auth; LAB_PORT=, LAB_ARGS=)"
 	@echo "make checkpoints        regenerate the shipped warm-start checkpoints and their manifest"
 	@echo "make check-checkpoints  rebuild them in a temporary folder and compare with the manifest"
-	@echo "make bench   the four benchmarks (installs TRL, the peer library, first); see BENCHMARKS.md"
-	@echo "make bench-long     long completions, bigger models, peak memory, sweeps (about an hour)"
+	@echo "make bench   all seven benchmarks (installs TRL, the peer library, first); see BENCHMARKS.md"
+	@echo "make bench-short    benchmarks 1-4: the RL step and rollout at short completions, the book"
+	@echo "make bench-long     benchmarks 5-7: long completions, bigger models, peak memory, sweeps (about an hour)"
 
 setup:
 	@python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -55,14 +56,14 @@ lab:
 # and environment (tools/lab_stamp.py; RL_LAB_NBVAL_ALL=1 runs all).
 labs-ipynb:
 	rm -rf _build/nbtest && mkdir -p _build/nbtest
-	@labs="$$($(PY) tools/lab_stamp.py --stale)"; \
+	@labs="$$($(PY) tools/lab_stamp.py --stale)" || exit 1; \
 	for f in $$labs; do $(VENV)/bin/jupytext --quiet --to ipynb -o _build/nbtest/$$(basename $${f%.md}).ipynb $$f || exit 1; done
 
 book:
 	bash tools/build_book.sh
 
 test: labs-ipynb
-	$(PY) -m pytest -q tests _build/nbtest --nbval-lax --nbval-current-env --nbval-cell-timeout=600 -p no:cacheprovider
+	$(PY) -m pytest -q tests _build/nbtest --nbval-lax --nbval-current-env --nbval-cell-timeout=600 -p no:cacheprovider --durations=25
 
 test-fast:
 	$(PY) -m pytest -q tests -m "not slow"
@@ -76,7 +77,9 @@ check-checkpoints:
 	$(PY) -m rl_lab.warmstart --all --check
 
 # Ratios measured side by side in one run each; results and machine in BENCHMARKS.md.
-bench:
+bench: bench-short bench-long
+
+bench-short:
 	$(PIP) install -q -e ".[bench]"
 	$(PY) bench/bench_rl_step.py
 	$(PY) bench/bench_rollout.py --reps 5
@@ -89,7 +92,7 @@ bench-long:
 	$(PY) bench/bench_long_completions.py
 	$(PY) bench/bench_long_completions.py --memory
 	$(PY) bench/bench_rollout.py --batches 64 --new 16 128 512 --forced --reps 3
-	$(PY) bench/bench_sweep.py
+	$(PY) bench/bench_sweep.py --reps 2
 
 # Build outputs only: runs/ holds training runs (metrics, checkpoints, models) and is never
 # deleted here; remove a run by hand, or start over in its folder with rl-lab train --overwrite.
