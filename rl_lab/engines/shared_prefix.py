@@ -20,8 +20,9 @@ grouped key/value heads and torch keeps a float copy of the mask for the backwar
 B x T x (P + T) floats per layer.  With short prompts under long completions that costs more
 than it saves: 3M, 64 rows, P = 7, T = 512 took about 1.1x the plain forward's time and 750 MiB
 more memory for 1% fewer tokens.  So the prompt is shared only when the repeated prompt tokens
-are at least `MIN_SAVED_FRACTION` of the batch's tokens; the break-even, measured on 0.3M and 3M
-at P = 7 to 128 and T = 16 to 512 (BENCHMARKS.md section 5), lies near 15%.
+are at least `MIN_SAVED_FRACTION` of the batch's tokens.  Measured on 0.3M and 3M at P = 7 to 128
+and T = 16 to 512 (BENCHMARKS.md section 5), sharing lost at 1.2% saved, was a toss-up at 4.5-8.6%
+and won or tied from 17.5% up; 15% sits in the unmeasured gap between.
 
 Any Hugging Face causal LM with a key/value cache works; with no repeated prompt, too few
 repeated tokens, or `share_prefix=False`, it is the plain single forward.
