@@ -108,7 +108,8 @@ def stale_labs(root: Path = ROOT, env: dict | None = None) -> list[str]:
     current = fingerprint(root, env)
     if current is None or data.get("fingerprint") != current:
         return every
-    return [lab for lab in every if lab not in set(data.get("labs", []))]
+    executed = set(data.get("labs", []))
+    return [lab for lab in every if lab not in executed]
 
 
 def main(argv=None):

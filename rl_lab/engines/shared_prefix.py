@@ -76,13 +76,13 @@ def completion_logits(model, prompt_ids, prompt_mask, completion_ids, share_pref
     T = completion_ids.shape[1]
     attn = torch.cat([prompt_mask, torch.ones_like(completion_ids)], dim=1)            # (B, P+T)
     positions = (attn.cumsum(-1) - 1).clamp(min=0)                                     # (B, P+T)
-    distinct = None
+    share = False
     if share_prefix and B > 1:
         rows = torch.cat([prompt_ids, prompt_mask.to(prompt_ids.dtype)], dim=1)        # (B, 2P)
         distinct, inverse = torch.unique(rows, dim=0, return_inverse=True)             # (U, 2P), (B,)
-    if distinct is not None and saved_fraction(B, len(distinct), P, T) < min_saved_fraction:
-        distinct = None                         # too little repeated to pay for the masked attention
-    if distinct is None or len(distinct) == B:  # nothing (worth) sharing: the plain forward
+        # worth it only if a prompt repeats and enough tokens repeat to pay for the masked attention
+        share = len(distinct) < B and saved_fraction(B, len(distinct), P, T) >= min_saved_fraction
+    if not share:                               # the plain forward
         input_ids = torch.cat([prompt_ids, completion_ids], dim=1)                     # (B, P+T)
         return model(input_ids=input_ids, attention_mask=attn, position_ids=positions,
                      logits_to_keep=T + 1).logits[:, :-1]                              # (B, T, V)
