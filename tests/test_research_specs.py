@@ -1,15 +1,24 @@
 """Every sweep spec shipped under research/ plans without error: its fields are RLConfig fields
 with valid values, and its model exists (the GPU map's 30M warm start is built by its own script,
 as is research/model_size's 3M one, so only their specs are checked there).  A typo in a spec
-fails here, not hours into a run."""
+fails here, not hours into a run.
+
+The plan is made as in a clone where nothing outside the repository exists (issue 34: twenty
+specs once loaded a model from a scratch folder that existed only on the machine that ran them,
+and planned there): every model a spec names is named ("warm-start", "warm-start:<size>", a size
+preset) or a path relative to the repository that stays inside it, and every out: is such a
+path too.  A spec that points outside the repository fails here on every machine, whether or not
+that folder happens to exist on this one."""
 from pathlib import Path
 
 import pytest
+import yaml
 
 import rl_lab.models
 from rl_lab.sweep import run_sweep
 
-ROOT = Path(__file__).resolve().parent.parent / "research"
+REPO = Path(__file__).resolve().parent.parent
+ROOT = REPO / "research"
 SPECS = sorted(p for p in ROOT.glob("*/*.yaml") if p.parent.name != "results")
 
 
@@ -26,3 +35,42 @@ def test_spec_plans(spec, monkeypatch):
         monkeypatch.setattr(rl_lab.models, "check_model_spec", lambda m, t: None if m == built else real(m, t))
     table = run_sweep(str(spec), dry_run=True)
     assert len(table) > 0
+
+
+PATH_FIELDS = ("model", "teacher_model")
+
+
+def _named_or_inside(value) -> str | None:
+    """None when `value` names a model or is a repository-relative path inside the repository;
+    otherwise why not."""
+    if not isinstance(value, str):
+        return None
+    if value == "warm-start" or value.startswith("warm-start:") or value in rl_lab.models.MODEL_SIZES:
+        return None
+    path = Path(value)
+    if path.is_absolute() or value.startswith("~"):
+        return "an absolute path (it exists, if anywhere, on one machine)"
+    if not (REPO / path).resolve().is_relative_to(REPO):
+        return "a relative path that leaves the repository"
+    return None
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[f"{p.parent.name}/{p.name}" for p in SPECS])
+def test_spec_names_nothing_outside_the_repository(spec):
+    data = yaml.safe_load(spec.read_text())
+    base, grid = data.get("base") or {}, data.get("grid") or {}
+    found = [("out", data.get("out"))]
+    for key in PATH_FIELDS:
+        found += [(key, base.get(key))] + [(key, v) for v in grid.get(key, [])]
+    bad = [f"{k}: {v!r} is {why}" for k, v in found if (why := _named_or_inside(v))]
+    assert not bad, (f"{spec.relative_to(REPO)}: " + "; ".join(bad)
+                     + " -- name the model ('warm-start', 'warm-start:<size>', a size preset) or use a "
+                       "path inside the repository")
+
+
+def test_the_rule_refuses_the_old_specs():
+    assert _named_or_inside("/" + "tmp/ws/seed0/addition-0.3M")     # the path issue 34 found
+    assert _named_or_inside("../elsewhere/model")
+    assert _named_or_inside("~/models/x")
+    assert _named_or_inside("warm-start") is None and _named_or_inside("warm-start:3M") is None
+    assert _named_or_inside("runs/collapse_pilot/stage_a/stale") is None

@@ -11,7 +11,7 @@ time of the whole batched run (gzip-compressed if the name ends in .gz).  The cr
                             and 90th percentile across seeds <= 2 x TS's 90th percentile.
 
     OMP_NUM_THREADS=1 python research/ensembles/ensemble_size.py     # the shipped CSV, ~15 min
-    python research/ensembles/ensemble_size.py --dims 10 20 --seeds 24 --out /tmp/x.csv
+    python research/ensembles/ensemble_size.py --dims 10 20 --seeds 24 --out small.csv
 
 Action sets: "unit_ball" (UnitBallBandit: the compact set {||x|| <= 1}, best action
 theta*/||theta*||) and "finite_100" (LinearBandit: 100 fixed actions with Uniform(+-1/sqrt 5)
@@ -70,7 +70,16 @@ def main():
                 print(f"{name} d={d}: {len(agents)} runs x {args.seeds} seeds x {args.steps} steps in "
                       f"{time.perf_counter() - start:.0f} s", flush=True)
     print(f"total {time.perf_counter() - start_all:.0f} s (OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}) "
-          f"-> {args.out}")
+          f"-> {_shown(Path(args.out))}")
+
+
+def _shown(path: Path) -> str:
+    """The output path as the log should record it: relative to the repository when inside it
+    (a log names no machine's folders)."""
+    try:
+        return str(path.resolve().relative_to(HERE.parent.parent))
+    except ValueError:
+        return path.name
 
 
 if __name__ == "__main__":
