@@ -1,0 +1,355 @@
+"""Every table of measurements in the chapter "When speed kills stability", computed from the
+shipped result files (issue 27: the chapter renders them, it never types them).
+
+    .venv/bin/python research/stability_map/tables.py        # print every table as Markdown
+
+The chapter and its lab import this file (`load()` below) and call one function per table; the
+lab asserts the claims on the same frames.  Sources: research/stability_map/results (the map and
+its corrections), research/collapse_pilot/results (stationary mismatches, the six corrections at
+stale 4), research/long_completions/results (scratchpad, T ~ 42) and research/model_size/results
+(3M).  Cells read "collapses/runs (mean reward over the last fifth)".
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+HERE = Path(__file__).resolve().parent
+RESEARCH = HERE.parent
+sys.path.insert(0, str(RESEARCH.parent))
+from rl_lab.stats import fisher_one_sided, holm, welch, welch_t  # noqa: E402
+from rl_lab.sweep import load_results  # noqa: E402
+
+METHODS = {"none": "none", "token_tis": "token TIS", "seq_tis": "Seq-TIS", "seq_mis": "Seq-MIS (verl preset)",
+           "seq_mis_one_sided": "Seq-MIS (one-sided, the post's)", "geo_rs": "Geo-RS (calibrated)",
+           "trm": "TRM (calibrated)", "trm_published": "TRM (published)", "bypass_ppo_clip": "bypass PPO-clip"}
+"""Spec suffix -> the name the chapter uses."""
+CORR9 = ("token_tis", "seq_tis", "seq_mis", "seq_mis_one_sided", "bypass_ppo_clip")
+"""The five corrections of the nine-seed comparison (NOTES.md, "Nine against nine")."""
+ALPHA = 0.05
+
+
+def load(path: Path = Path(__file__)):
+    """This module, loaded by file path (research/ is not a package): `tables = load()`."""
+    spec = importlib.util.spec_from_file_location("stability_tables", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def cell(collapses: int, runs: int, reward: float) -> str:
+    return f"{int(collapses)}/{int(runs)} ({reward:.2f})"
+
+
+def span(values, fmt: str = "{:.2f}") -> str:
+    """"lo–hi" of a set of values (one value: itself)."""
+    v = np.asarray(values, dtype=float)
+    lo, hi = fmt.format(v.min()), fmt.format(v.max())
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
+def per_cell(df: pd.DataFrame, keys) -> pd.DataFrame:
+    return df.groupby(keys).agg(runs=("seed", "size"), collapses=("collapsed", "sum"),
+                                reward_first=("reward_first", "mean"), reward_last=("reward_last", "mean"),
+                                eval=("eval_reward", "mean"), k3=("k3_kl_mean", "mean"),
+                                blowups=("grad_blowup", "sum"), first_fall=("collapse_step", "min"),
+                                last_fall=("collapse_step", "max"))
+
+
+def to_markdown(df: pd.DataFrame, index: bool = True) -> str:
+    return df.to_markdown(index=index)
+
+
+# ----------------------------------------------------------------------------- the map
+def stability_map() -> pd.DataFrame:
+    """Every run under research/stability_map/results, one row each, with a `spec` column."""
+    return load_results(HERE / "results")
+
+
+def staleness_runs() -> pd.DataFrame:
+    """Panel 1: staleness x learning rate, no correction (seeds 0-2 everywhere, 3-8 at 2e-4, 5e-4)."""
+    smap = stability_map()
+    return smap[smap["spec"].isin(["staleness_lr", "staleness_lr_seeds3to8"])].copy()
+
+
+def staleness_panel() -> pd.DataFrame:
+    return per_cell(staleness_runs(), ["sampler_staleness", "learning_rate"])
+
+
+def staleness_table() -> pd.DataFrame:
+    """The chapter's first table: rows staleness, columns learning rate, and the mean k3 at 5e-4."""
+    panel = staleness_panel()
+    names = {0: "0 (fresh, fp32)", 1: "1 step", 2: "2 steps", 4: "4 steps"}
+    out = pd.DataFrame({f"lr {lr:g}": [cell(*panel.loc[(s, lr), ["collapses", "runs", "reward_last"]])
+                                       for s in names]
+                        for lr in sorted(panel.index.get_level_values(1).unique())},
+                       index=[names[s] for s in names])
+    out["mean k3 at lr 5e-4"] = [f"{panel.loc[(s, 5e-4), 'k3']:.2g}" for s in names]
+    out.index.name = "staleness"
+    return out
+
+
+def staleness_facts() -> dict:
+    """The numbers the text quotes about panel 1."""
+    runs, panel = staleness_runs(), staleness_panel()
+    at = lambda s, lr: runs[(runs["sampler_staleness"] == s) & (runs["learning_rate"] == lr)]  # noqa: E731
+    stale2 = at(2, 5e-4)
+    survivors = stale2[~stale2["collapsed"].astype(bool)]["reward_last"]
+    return {
+        "stale2_survivors": span(survivors),
+        "stale2_collapses": int(stale2["collapsed"].sum()),
+        "stale2_first3_collapses": int(stale2[stale2["seed"] <= 2]["collapsed"].sum()),
+        "fresh_reward": panel.loc[(0, 5e-4), "reward_last"],
+        "t_fresh_vs_stale2": welch_t(at(0, 5e-4)["reward_last"], stale2["reward_last"]),
+        "stale4_loss": 1 - panel.loc[(4, 2e-4), "reward_last"] / panel.loc[(0, 2e-4), "reward_last"],
+        "t_stale4_low": welch_t(at(0, 2e-4)["reward_last"], at(4, 2e-4)["reward_last"]),
+        "stale2_falls": span(stale2["collapse_step"].dropna(), "{:.0f}"),
+        "blowups": int(runs["grad_blowup"].sum()),
+    }
+
+
+# ----------------------------------------------------------------------------- the pilot
+def pilot_runs() -> pd.DataFrame:
+    """Stages A (lr 5e-5, 2e-4) and A2 (lr 5e-4): five mismatch sources and the fp32 control."""
+    pilot = pd.concat([load_results(RESEARCH / "collapse_pilot/results/stage_a"),
+                       load_results(RESEARCH / "collapse_pilot/results/stage_a2")], ignore_index=True)
+    names = {"none": "fp32 (no mismatch)", "noise": "logit noise", "temp": "hidden temperature 1.5",
+             "minp": "min_p 0.1 (sampler only)", "int8": "int8 weights", "stale": "stale sampler (4 steps)"}
+    noise = pilot.get("sampler_logit_noise")
+    pilot["sampler"] = pilot["spec"].map(names) + noise.map(lambda v: f" σ={v:g}" if pd.notna(v) else "")
+    return pilot
+
+
+def stationary_table() -> pd.DataFrame:
+    """Collapses and k3 of every pilot source at every learning rate."""
+    cells = per_cell(pilot_runs(), ["sampler", "learning_rate"])
+    samplers = list(cells.index.get_level_values(0).unique())
+    out = pd.DataFrame({f"lr {lr:g}": [cell(*cells.loc[(s, lr), ["collapses", "runs", "reward_last"]])
+                                       if (s, lr) in cells.index else "–" for s in samplers]
+                        for lr in sorted(cells.index.get_level_values(1).unique())},
+                       index=pd.Index(samplers))
+    out["mean k3 per token"] = [span(cells.xs(s)["k3"], "{:.2g}") for s in out.index]
+    out.index.name = "sampler"
+    return out
+
+
+def pilot_corrections() -> pd.DataFrame:
+    """Stage B: six corrections on stale 4, lr 5e-4, seeds 0-2, beside no correction."""
+    pilot = pilot_runs()
+    stage_b = load_results(RESEARCH / "collapse_pilot/results/stage_b")
+    stage_b = pd.concat([pilot.query("spec == 'stale' and learning_rate == 5e-4").assign(spec="none"), stage_b],
+                        ignore_index=True)
+    stage_b["method"] = stage_b["spec"].map(METHODS)
+    return stage_b
+
+
+def pilot_corrections_table() -> pd.DataFrame:
+    cells = per_cell(pilot_corrections(), ["method"])
+    order = ["none", "token TIS", "Seq-TIS", "Seq-MIS (verl preset)", "Geo-RS (calibrated)", "TRM (calibrated)",
+             "TRM (published)", "bypass PPO-clip"]
+    return pd.DataFrame({
+        "collapses": [f"{int(cells.loc[m, 'collapses'])}/{int(cells.loc[m, 'runs'])}" for m in order],
+        "reward, first → last fifth": [f"{cells.loc[m, 'reward_first']:.2f} → {cells.loc[m, 'reward_last']:.2f}"
+                                       for m in order],
+        "held-out greedy at the end": [f"{cells.loc[m, 'eval']:.2f}" for m in order],
+    }, index=pd.Index(order, name="correction (stale 4, lr 5e-4)"))
+
+
+# ----------------------------------------------------------------------------- corrections on the map
+def map_corrections() -> pd.DataFrame:
+    """Panel 2 (seeds 0-2 at stale 2/4 x lr 2e-4/5e-4) and the nine-seed runs (seeds 3-8, and the
+    one-sided Seq-MIS on 0-8), with a `method` column; no correction is the panel-1 runs."""
+    smap = stability_map()
+    corr = smap[smap["spec"].str.match(r"corr9?_")].copy()
+    corr["method"] = corr["spec"].str.replace(r"^corr9?_", "", regex=True)
+    none = staleness_runs().query("sampler_staleness in [2, 4] and learning_rate in [2e-4, 5e-4]")
+    corr = pd.concat([corr[corr["method"] != "none"], none.assign(method="none")], ignore_index=True)
+    return corr
+
+
+def panel2_table() -> pd.DataFrame:
+    """Seeds 0-2 of every correction in the map's four cells (the first, three-seed panel)."""
+    corr = map_corrections().query("seed <= 2")
+    cells = per_cell(corr, ["method", "sampler_staleness", "learning_rate"])
+    cols = [(2, 5e-4), (4, 5e-4), (4, 2e-4)]
+    methods = [m for m in METHODS if m in cells.index.levels[0]]
+    return pd.DataFrame({f"stale {s}, lr {lr:g}": [cell(*cells.loc[(m, s, lr), ["collapses", "runs", "reward_last"]])
+                                                   if (m, s, lr) in cells.index else "–" for m in methods]
+                         for s, lr in cols}, index=pd.Index([METHODS[m] for m in methods], name="correction"))
+
+
+def nine_seed_table(staleness: int = 2) -> pd.DataFrame:
+    """The pre-registered comparison (NOTES.md): each correction's nine seeds against the nine
+    uncorrected ones at lr 5e-4.  Reward: Welch, two-sided p, Holm over the corrections compared
+    at this staleness (five at stale 2; at stale 4 only the one-sided Seq-MIS has nine seeds, a
+    family of one); collapses: Fisher one-sided (fewer with the correction), raw and Holm."""
+    corr = map_corrections().query("sampler_staleness == @staleness and learning_rate == 5e-4")
+    control = corr[corr["method"] == "none"]
+    rows = []
+    for m in (CORR9 if staleness == 2 else ("seq_mis_one_sided",)):
+        runs = corr[corr["method"] == m]
+        if runs.empty:
+            continue
+        w = welch(runs["reward_last"], control["reward_last"])
+        rows.append({"method": m, "correction": METHODS[m], "seeds": len(runs),
+                     "collapses": int(runs["collapsed"].sum()), "control_collapses": int(control["collapsed"].sum()),
+                     "control_seeds": len(control), "reward_last": runs["reward_last"].mean(),
+                     "control_reward_last": control["reward_last"].mean(), "diff": w["diff"], "t": w["t"],
+                     "p": w["p"], "ci_lo": w["ci_lo"], "ci_hi": w["ci_hi"],
+                     "fisher_p": fisher_one_sided(int(runs["collapsed"].sum()), len(runs),
+                                                  int(control["collapsed"].sum()), len(control), "less")})
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    out["p_holm"], out["fisher_p_holm"] = holm(out["p"]), holm(out["fisher_p"])
+    out["verdict"] = [("keeps reward" if d > 0 else "loses reward") if p < ALPHA else "null"
+                      for d, p in zip(out["diff"], out["p_holm"])]
+    return out.set_index("method")
+
+
+def nine_seed_markdown(table: pd.DataFrame) -> pd.DataFrame:
+    """The nine-seed table as the chapter shows it."""
+    return pd.DataFrame({
+        "collapses": [f"{r.collapses}/{r.seeds}" for r in table.itertuples()],
+        "reward, last fifth": [f"{r.reward_last:.2f}" for r in table.itertuples()],
+        "difference from none [95% CI]": [f"{r.diff:+.2f} [{r.ci_lo:+.2f}, {r.ci_hi:+.2f}]" for r in table.itertuples()],
+        "Welch t": [f"{r.t:.1f}" for r in table.itertuples()],
+        "Holm p (reward)": [f"{r.p_holm:.2g}" for r in table.itertuples()],
+        "Fisher p (collapses; Holm)": [f"{r.fisher_p:.2g} ({r.fisher_p_holm:.2g})" for r in table.itertuples()],
+        "verdict": list(table["verdict"]),
+    }, index=pd.Index(table["correction"], name="correction, 9 seeds vs 9 uncorrected"))
+
+
+# ----------------------------------------------------------------------------- long completions, 3M
+def long_runs() -> pd.DataFrame:
+    longT = load_results(RESEARCH / "long_completions/results")
+    longT["source"] = longT["spec"].str.split("_lr").str[0]
+    longT["task"] = np.where(longT["source"] == "addition_bf16", "addition", "scratchpad")
+    longT["source"] = longT["source"].replace({"addition_bf16": "bf16", "none": "none (fp32)", "noise": "logit noise σ = 1.5",
+                                               "stale2": "stale by 2"})
+    longT["k3_per_completion"] = longT["k3_kl_mean"] * longT["mean_length_mean"]
+    return longT
+
+
+def long_table() -> pd.DataFrame:
+    sp = long_runs().query("task == 'scratchpad' and learning_rate in [2e-4, 5e-4]")
+    cells = per_cell(sp, ["source", "learning_rate"])
+    order = ["none (fp32)", "bf16", "logit noise σ = 1.5", "stale by 2"]
+
+    def text(s, lr):
+        c = cells.loc[(s, lr)]
+        extra = f", by step {c['last_fall']:.0f}" if c["collapses"] == c["runs"] else ""
+        return cell(c["collapses"], c["runs"], c["reward_last"]) + extra
+    return pd.DataFrame({**{f"lr {lr:g}": [text(s, lr) for s in order] for lr in (2e-4, 5e-4)},
+                         "k3 per completion": [span(sp[sp["source"] == s]["k3_per_completion"], "{:.1g}")
+                                               for s in order]},
+                        index=pd.Index(order, name="source (scratchpad, T ≈ 42)"))
+
+
+def size_runs() -> pd.DataFrame:
+    def source_of(row):
+        if row.get("sampler_dtype") == "bfloat16":
+            return "bf16"
+        stale = row.get("sampler_staleness")
+        return f"stale by {int(stale)}" if stale == stale and stale else "fresh (fp32)"
+    big = load_results(RESEARCH / "model_size/results").assign(size="3M")
+    small = pd.concat([staleness_runs().query("seed <= 2"), long_runs().query("task == 'addition'")])
+    both = pd.concat([small.assign(size="0.3M"), big], ignore_index=True)
+    both["source"] = both.apply(source_of, axis=1)
+    return both
+
+
+def size_table() -> pd.DataFrame:
+    both = size_runs()
+    cells = per_cell(both, ["source", "size", "learning_rate"])
+    order = ["fresh (fp32)", "stale by 2", "stale by 4", "bf16"]
+    cols = [("0.3M", 2e-4), ("0.3M", 5e-4), ("3M", 1e-4), ("3M", 2e-4), ("3M", 5e-4)]
+
+    def text(s, size, lr):
+        if (s, size, lr) not in cells.index:
+            return "–"
+        c = cells.loc[(s, size, lr)]
+        extra = f", by step {c['last_fall']:.0f}" if size == "3M" and c["collapses"] == c["runs"] else ""
+        return cell(c["collapses"], c["runs"], c["reward_last"]) + extra
+    return pd.DataFrame({f"{size}, lr {lr:g}": [text(s, size, lr) for s in order] for size, lr in cols},
+                        index=pd.Index(order, name="source"))
+
+
+# ----------------------------------------------------------------------------- early warning
+MONITORS = {"rollout_corr/k3_kl": "k3", "rollout_corr/log_ppl_abs_diff": "|log-ppl gap|",
+            "rollout_corr/training_ppl": "trainer perplexity", "grad_norm": "gradient norm", "entropy": "entropy"}
+WARNING_SPECS = ("staleness_lr", "staleness_lr_seeds3to8", "corr_none", "corr_token_tis", "corr_seq_tis",
+                 "corr_seq_mis", "corr_bypass_ppo_clip")
+"""The runs the early-warning test was fixed on (NOTES.md): the map as it was, without the later
+nine-seed correction runs (their per-step series are not in monitor_series.csv.gz)."""
+
+
+def early_warning():
+    """(table, runs, crossings of k3, split) of the held-out early-warning test (NOTES.md)."""
+    from rl_lab.stats import wilson_interval
+    from rl_lab.toolkits import collapse
+
+    smap = stability_map()
+    runs = smap[smap["spec"].isin(WARNING_SPECS)].drop_duplicates("run_id").set_index("run_id")
+    series = pd.read_csv(HERE / "results/monitor_series.csv.gz")
+    fit = runs.index[(runs["seed"] <= 1) & ~runs["collapsed"]]
+    held = runs[runs["seed"] >= 2]
+    fallen = held.index[held["collapsed"] & (held["learning_rate"] <= 5e-4)]
+    healthy = held.index[~held["collapsed"]]
+    warn = collapse.early_warning_table(series, list(MONITORS), fit, fallen, healthy,
+                                        runs["collapse_step"].to_dict())
+    warn["works"] = ((warn["warned"] > warn["collapses"] / 2) & (warn["median_lead"] >= 10)
+                     & (warn["false_alarms"] <= 0.10 * warn["healthy"]))
+    for col, k, n in [("warned 95% CI", "warned", "collapses"), ("false-alarm 95% CI", "false_alarms", "healthy")]:
+        warn[col] = [f"[{lo:.2f}, {hi:.2f}]" for lo, hi in (wilson_interval(a, b) for a, b in zip(warn[k], warn[n]))]
+    thr = warn.loc["rollout_corr/k3_kl", "threshold"]
+    cross = {r: collapse.first_crossing(collapse.moving_average(d["rollout_corr/k3_kl"].to_numpy(float), collapse.WINDOW),
+                                        thr, steps=d["step"].to_numpy()[collapse.WINDOW - 1:])
+             for r, d in series.groupby("run_id") if r in set(fallen) | set(healthy)}
+    return warn, runs, cross, {"fit": fit, "fallen": fallen, "healthy": healthy}
+
+
+def early_warning_table(warn: pd.DataFrame) -> pd.DataFrame:
+    n_fallen, n_healthy = int(warn["collapses"].iloc[0]), int(warn["healthy"].iloc[0])
+    return pd.DataFrame({
+        f"collapses warned of (of {n_fallen})": [f"{int(w)} (95% CI {ci[1:-1].replace(', ', '–')})"
+                                                  for w, ci in zip(warn["warned"], warn["warned 95% CI"])],
+        "median lead (steps)": ["–" if pd.isna(v) else f"{v:.0f}" for v in warn["median_lead"]],
+        f"false alarms (of {n_healthy} healthy)": [f"{int(a)} ({a / n_healthy:.0%})" for a in warn["false_alarms"]],
+        "meets the criterion": ["yes" if w else "no" for w in warn["works"]],
+    }, index=pd.Index([MONITORS[m] for m in warn.index], name="monitor"))
+
+
+def early_warning_facts(warn, runs, cross, split) -> dict:
+    fallen, healthy = split["fallen"], split["healthy"]
+    warned = [r for r in fallen if cross[r] is not None and cross[r] < runs.loc[r, "collapse_step"]]
+    alarmed = [r for r in healthy if cross[r] is not None]
+    quiet = [r for r in healthy if cross[r] is None]
+    return {"warned_steps": sorted(int(cross[r]) for r in warned),
+            "late": [(cross[r], int(runs.loc[r, "collapse_step"])) for r in fallen if r not in warned],
+            "alarmed_reward": runs.loc[alarmed, "reward_last"].mean(), "quiet_reward": runs.loc[quiet, "reward_last"].mean(),
+            "n_alarmed": len(alarmed), "n_quiet": len(quiet),
+            "t_alarm": welch_t(runs.loc[quiet, "reward_last"], runs.loc[alarmed, "reward_last"]),
+            "alarmed_min_staleness": int(runs.loc[alarmed, "sampler_staleness"].min())}
+
+
+def main() -> None:
+    for name, table in [("staleness x lr", staleness_table()), ("stationary mismatches", stationary_table()),
+                        ("long completions", long_table()), ("3M", size_table()),
+                        ("pilot corrections", pilot_corrections_table()), ("panel 2", panel2_table())]:
+        print(f"\n## {name}\n\n{to_markdown(table)}")
+    for s in (2, 4):
+        t = nine_seed_table(s)
+        if not t.empty:
+            print(f"\n## nine seeds, stale {s}\n\n{to_markdown(nine_seed_markdown(t))}")
+    warn = early_warning()
+    print(f"\n## early warning\n\n{to_markdown(early_warning_table(warn[0]))}")
+    print(staleness_facts(), early_warning_facts(*warn))
+
+
+if __name__ == "__main__":
+    main()
