@@ -41,6 +41,12 @@ def load(path: Path = Path(__file__)):
     return module
 
 
+def lr_label(lr: float) -> str:
+    """5e-4 -> "lr 5e-4" (not "lr 0.0005")."""
+    mantissa, exponent = f"{lr:.0e}".split("e")
+    return f"lr {mantissa}e{int(exponent)}"
+
+
 def cell(collapses: int, runs: int, reward: float) -> str:
     return f"{int(collapses)}/{int(runs)} ({reward:.2f})"
 
@@ -61,7 +67,13 @@ def per_cell(df: pd.DataFrame, keys) -> pd.DataFrame:
 
 
 def to_markdown(df: pd.DataFrame, index: bool = True) -> str:
-    return df.to_markdown(index=index)
+    """A Markdown table that keeps every cell as written ("0.60" stays "0.60") and escapes the
+    pipes inside cells (the monitor "|log-ppl gap|")."""
+    escape = lambda v: v.replace("|", "\\|") if isinstance(v, str) else v  # noqa: E731
+    df = df.map(escape).rename(index=escape, columns=escape)
+    if df.index.name:
+        df.index.name = escape(df.index.name)
+    return df.to_markdown(index=index, disable_numparse=True)
 
 
 # ----------------------------------------------------------------------------- the map
@@ -84,7 +96,7 @@ def staleness_table() -> pd.DataFrame:
     """The chapter's first table: rows staleness, columns learning rate, and the mean k3 at 5e-4."""
     panel = staleness_panel()
     names = {0: "0 (fresh, fp32)", 1: "1 step", 2: "2 steps", 4: "4 steps"}
-    out = pd.DataFrame({f"lr {lr:g}": [cell(*panel.loc[(s, lr), ["collapses", "runs", "reward_last"]])
+    out = pd.DataFrame({lr_label(lr): [cell(*panel.loc[(s, lr), ["collapses", "runs", "reward_last"]])
                                        for s in names]
                         for lr in sorted(panel.index.get_level_values(1).unique())},
                        index=[names[s] for s in names])
@@ -128,7 +140,7 @@ def stationary_table() -> pd.DataFrame:
     """Collapses and k3 of every pilot source at every learning rate."""
     cells = per_cell(pilot_runs(), ["sampler", "learning_rate"])
     samplers = list(cells.index.get_level_values(0).unique())
-    out = pd.DataFrame({f"lr {lr:g}": [cell(*cells.loc[(s, lr), ["collapses", "runs", "reward_last"]])
+    out = pd.DataFrame({lr_label(lr): [cell(*cells.loc[(s, lr), ["collapses", "runs", "reward_last"]])
                                        if (s, lr) in cells.index else "–" for s in samplers]
                         for lr in sorted(cells.index.get_level_values(1).unique())},
                        index=pd.Index(samplers))
@@ -177,7 +189,7 @@ def panel2_table() -> pd.DataFrame:
     cells = per_cell(corr, ["method", "sampler_staleness", "learning_rate"])
     cols = [(2, 5e-4), (4, 5e-4), (4, 2e-4)]
     methods = [m for m in METHODS if m in cells.index.levels[0]]
-    return pd.DataFrame({f"stale {s}, lr {lr:g}": [cell(*cells.loc[(m, s, lr), ["collapses", "runs", "reward_last"]])
+    return pd.DataFrame({f"stale {s}, {lr_label(lr)}": [cell(*cells.loc[(m, s, lr), ["collapses", "runs", "reward_last"]])
                                                    if (m, s, lr) in cells.index else "–" for m in methods]
                          for s, lr in cols}, index=pd.Index([METHODS[m] for m in methods], name="correction"))
 
@@ -212,16 +224,16 @@ def nine_seed_table(staleness: int = 2) -> pd.DataFrame:
 
 
 def nine_seed_markdown(table: pd.DataFrame) -> pd.DataFrame:
-    """The nine-seed table as the chapter shows it."""
+    """The nine-seed table as the chapter shows it (the Fisher p-values stay in `table`)."""
+    rows = list(table.itertuples())
     return pd.DataFrame({
-        "collapses": [f"{r.collapses}/{r.seeds}" for r in table.itertuples()],
-        "reward, last fifth": [f"{r.reward_last:.2f}" for r in table.itertuples()],
-        "difference from none [95% CI]": [f"{r.diff:+.2f} [{r.ci_lo:+.2f}, {r.ci_hi:+.2f}]" for r in table.itertuples()],
-        "Welch t": [f"{r.t:.1f}" for r in table.itertuples()],
-        "Holm p (reward)": [f"{r.p_holm:.2g}" for r in table.itertuples()],
-        "Fisher p (collapses; Holm)": [f"{r.fisher_p:.2g} ({r.fisher_p_holm:.2g})" for r in table.itertuples()],
+        "collapses": [f"{r.collapses}/{r.seeds}" for r in rows],
+        "reward": [f"{r.reward_last:.2f}" for r in rows],
+        "minus none [95% CI]": [f"{r.diff:+.2f} [{r.ci_lo:+.2f}, {r.ci_hi:+.2f}]" for r in rows],
+        "t": [f"{r.t:.1f}" for r in rows],
+        "Holm p": [f"{r.p_holm:.2g}" for r in rows],
         "verdict": list(table["verdict"]),
-    }, index=pd.Index(table["correction"], name="correction, 9 seeds vs 9 uncorrected"))
+    }, index=pd.Index(table["correction"], name="correction (9 seeds)"))
 
 
 # ----------------------------------------------------------------------------- long completions, 3M
@@ -244,7 +256,7 @@ def long_table() -> pd.DataFrame:
         c = cells.loc[(s, lr)]
         extra = f", by step {c['last_fall']:.0f}" if c["collapses"] == c["runs"] else ""
         return cell(c["collapses"], c["runs"], c["reward_last"]) + extra
-    return pd.DataFrame({**{f"lr {lr:g}": [text(s, lr) for s in order] for lr in (2e-4, 5e-4)},
+    return pd.DataFrame({**{lr_label(lr): [text(s, lr) for s in order] for lr in (2e-4, 5e-4)},
                          "k3 per completion": [span(sp[sp["source"] == s]["k3_per_completion"], "{:.1g}")
                                                for s in order]},
                         index=pd.Index(order, name="source (scratchpad, T ≈ 42)"))
@@ -275,7 +287,7 @@ def size_table() -> pd.DataFrame:
         c = cells.loc[(s, size, lr)]
         extra = f", by step {c['last_fall']:.0f}" if size == "3M" and c["collapses"] == c["runs"] else ""
         return cell(c["collapses"], c["runs"], c["reward_last"]) + extra
-    return pd.DataFrame({f"{size}, lr {lr:g}": [text(s, size, lr) for s in order] for size, lr in cols},
+    return pd.DataFrame({f"{size}, {lr_label(lr)}": [text(s, size, lr) for s in order] for size, lr in cols},
                         index=pd.Index(order, name="source"))
 
 
