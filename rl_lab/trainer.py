@@ -15,7 +15,6 @@ Chapter 1 (book/ch01_rl_on_one_page.md) explains the step; chapter 5 the correct
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import inspect
 import logging
@@ -30,19 +29,18 @@ import pandas as pd
 import torch
 import yaml
 
-from rl_lab.algos.advantages import sum_pi_squared, token_advantages
-from rl_lab.algos.empg import empg_advantages
-from rl_lab.algos.hybrid import imitation_nll, reverse_kl
-from rl_lab.algos.grpo import aggregate_loss, kl_k3, sequence_logprobs
+from rl_lab.algos.estimators import ADV_ESTIMATORS
+from rl_lab.algos.grpo import aggregate_loss, sequence_logprobs
+from rl_lab.algos.method import StepState
+from rl_lab.algos.methods import build_methods
 from rl_lab.algos.modes import bypass_policy_loss, decoupled_policy_loss
-from rl_lab.algos.simpletir import drop_void_trajectories, tool_conditioned_token_stats
 from rl_lab.config import ConfigError, RLConfig, SamplingConfig
 from rl_lab.corrections import rollout_correction, token_kl
 from rl_lab.engines.injectors import MismatchEngine, make_engine
 from rl_lab.models import quiet_hf_progress, resolve_model
 from rl_lab.engines.rollout import HFEngine, RolloutBatch
 from rl_lab.schedules import length_triggered_lr_factor
-from rl_lab.tasks import get_task, turn_reward_metrics
+from rl_lab.tasks import get_task
 from rl_lab.utils import (atomic_replace_dir, atomic_write_text, json_line, null_to_nan, pick_device, read_jsonl,
                           recover_replaced_dir, remove_dir, seed_everything)
 
@@ -187,10 +185,10 @@ class Trainer:
             model, tokenizer = resolve_model(cfg.model, cfg.task, seed=cfg.seed)
         self.model, self.tokenizer = model.to(self.device), tokenizer
         self.model.train()
-        self.ref_model = None
-        if cfg.beta > 0:
-            self.ref_model = copy.deepcopy(self.model).requires_grad_(False).eval()
-        self.teacher = self._load_teacher() if cfg.teacher_kl_coef > 0 else None
+        self.ref_model = self.teacher = None            # set by the reference-KL / teacher-KL methods
+        self.methods = build_methods(cfg)              # rl_lab.algos.methods, in hook order
+        for method in self.methods:
+            method.setup(self)
         self.engine = engine if engine is not None else make_engine(cfg, self.model, tokenizer)
         if cfg.rollout_rs is not None and "_kl" in cfg.rollout_rs:  # exact KL needs mu's full distributions
             self.engine.record_full_logprobs = True
@@ -236,7 +234,8 @@ class Trainer:
 
     # ------------------------------------------------------------------ one step
     def step(self) -> dict:
-        """One rollout batch and its update(s).  Returns the step's metrics."""
+        """One rollout batch and its update(s).  Returns the step's metrics.  Methods change the
+        step only through their hooks (rl_lab.algos.method), in the order of `self.methods`."""
         cfg, t0 = self.config, time.perf_counter()
         # ROLLOUT: G completions for each of N prompts, with the sampler's log-probs (mu)
         examples = [self.task.sample(self.rng) for _ in range(cfg.prompts_per_step)]
@@ -249,113 +248,61 @@ class Trainer:
         rewards_np, per_func, reward_errors = call_reward_funcs(
             self.reward_funcs, batch.prompts, batch.completions, batch.completion_ids.tolist(), columns)
         rewards = torch.tensor(rewards_np, dtype=torch.float32, device=self.device)    # (B,)
+        s = StepState(self, batch, examples, rows, rewards, batch.completion_mask.bool())  # mask (B, T)
         t_rollout = time.perf_counter()
 
-        # TRAINER LOG-PROBS (pi), with gradient; first iteration's copy is pi_old
-        mask = batch.completion_mask.bool()                                              # (B, T)
-        nonempty = mask.any(-1)                                                          # (B,)
-        if cfg.mask_truncated_completions:  # by design, not a fault: not counted under faults/
-            mask &= ~batch.is_truncated[:, None]
-        logp, entropy, logp_all = self._logprobs(batch, full=True)     # (B, T) x2, (B, T, V) or None
-        first_logp_all = logp_all
-        old_logp = logp.detach()
-        outside = mask & torch.isneginf(old_logp) if cfg.dvp_min_p > 0 else torch.zeros_like(mask)
-        mask &= ~outside            # DVP: a token outside pi's safe vocabulary leaves the objective
+        # TRAINER LOG-PROBS (pi), with gradient; the first iteration's copy is pi_old
+        nonempty = s.mask.any(-1)                                                        # (B,)
+        s.logp, s.entropy, s.logp_all = self._logprobs(batch, full=True)   # (B, T) x2, (B, T, V) or None
+        s.first_logp_all, s.old_logp = s.logp_all, s.logp.detach()
+        self._hook("mask_tokens", s)                                       # truncation, DVP
 
         # VALIDITY: mask (and count) rows that cannot be trusted
-        mu = self._sampler_logprobs(batch, old_logp)                                     # (B, T)
-        finite_mu = (torch.isfinite(mu) | ~mask).all(-1)                                 # (B,)
-        finite_pi = (torch.isfinite(old_logp) | ~mask).all(-1)
-        valid = torch.isfinite(rewards) & finite_mu & finite_pi & nonempty               # (B,)
-        trains, filter_metrics = self._void_filter(batch, valid)     # by design, not faults: filter/
-        mask &= trains[:, None]
-        rollout_logp = torch.where(mask, mu, torch.zeros_like(old_logp))
-        old_logp_safe = torch.where(mask, old_logp, torch.zeros_like(old_logp))
-        counted = mask.clone()
+        mu = self._sampler_logprobs(batch, s.old_logp)                                   # (B, T)
+        finite = (torch.isfinite(mu) | ~s.mask).all(-1) & (torch.isfinite(s.old_logp) | ~s.mask).all(-1)
+        s.valid = s.trains = torch.isfinite(rewards) & finite & nonempty                # (B,)
+        self._hook("filter_rows", s)                                       # SimpleTIR's void filter
+        s.mask &= s.trains[:, None]
+        s.rollout_logp = torch.where(s.mask, mu, torch.zeros_like(s.old_logp))
+        s.old_logp_safe = torch.where(s.mask, s.old_logp, torch.zeros_like(s.old_logp))
+        s.counted = s.mask.clone()
 
         # CORRECTION HOOK (decoupled mode): weights and mask from rho = pi_old / mu
-        is_weights, corr_metrics = None, {}
+        corr_metrics = {}
         if not cfg.bypass_mode:
-            is_weights, mask, corr_metrics = rollout_correction(
-                old_logp_safe, rollout_logp, mask, **self._correction_kwargs(batch, logp_all))
+            s.is_weights, s.mask, corr_metrics = rollout_correction(
+                s.old_logp_safe, s.rollout_logp, s.mask, **self._correction_kwargs(batch, s.logp_all))
 
         # ADVANTAGES, per token; like verl they see the corrected mask and weights
-        advantages = token_advantages(cfg.advantage_estimator, rewards, mask, batch.group_ids, trains,
-                                      cfg.scale_rewards, cfg.gamma, old_logp_safe,
-                                      self._collision_probs(logp_all), is_weights,
-                                      batch.turn_ids, self._turn_rewards(batch, rows))   # (B, T)
-        adv_metrics = {}
-        if cfg.empg:          # EMPG: each turn's advantage modulated by its entropy (rl_lab.algos.empg)
-            advantages, adv_metrics = empg_advantages(advantages, entropy, mask, batch.turn_ids, cfg.empg_k,
-                                                      cfg.empg_k_f, cfg.empg_zeta)
-        ref_logp = None
-        if self.ref_model is not None:
-            with torch.no_grad():
-                ref_logp = sequence_logprobs(self.ref_model, batch.prompt_ids, batch.prompt_mask,
-                                             batch.completion_ids, cfg.temperature, dvp_min_p=cfg.dvp_min_p,
-                                             share_prefix=cfg.share_prefix)
-
-        teacher_logp_all = self._teacher_logprobs(batch)                                 # (B, T, V) or None
-        demos = self._demonstrations(examples)                                          # SFT tensors or None
+        s.advantages = ADV_ESTIMATORS[cfg.advantage_estimator](s)                       # (B, T)
+        self._hook("advantages", s)                                        # EMPG
+        self._hook("prepare", s)                                           # reference/teacher log-probs, demos
 
         # UPDATE: num_iterations optimizer steps on this batch (loss/grad_norm logged from the last)
-        skipped, grad_norm, loss_value, kl_value, pg_metrics = 0, float("nan"), float("nan"), None, {}
-        hybrid_metrics = {}
+        skipped, grad_norm, loss_value, pg_metrics = 0, float("nan"), float("nan"), {}
         for group in self.optimizer.param_groups:
             group["lr"] = cfg.learning_rate * self._lr_factor(self.global_step)
         for it in range(cfg.num_iterations):
             if it > 0:
-                logp, logp_all = self._logprobs(batch)
-            logp_safe = torch.where(mask, logp, torch.zeros_like(logp))
-            clip = dict(loss=cfg.policy_loss, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high,
-                        clip_ratio_c=cfg.clip_ratio_c)
-            if cfg.bypass_mode:  # pi_old := mu; weights and mask from the current pi_theta / mu
-                bypass_weights, loss_mask, corr_metrics = rollout_correction(
-                    logp_safe.detach(), rollout_logp, mask, **self._correction_kwargs(batch, logp_all))
-                per_token, pg_metrics = bypass_policy_loss(logp_safe, rollout_logp, advantages, loss_mask,
-                                                           bypass_weights, **clip)
-            else:                # decoupled: w = pi_old / mu from the hook, PPO ratio pi_theta / pi_old
-                loss_mask = mask
-                per_token, pg_metrics = decoupled_policy_loss(logp_safe, old_logp_safe, advantages, mask,
-                                                              is_weights, **clip)
-            if ref_logp is not None:
-                kl = kl_k3(logp_safe, torch.where(mask, ref_logp, torch.zeros_like(ref_logp)))
-                per_token = per_token + cfg.beta * kl
-                kl_value = (kl.detach() * loss_mask).sum().item() / max(1, int(loss_mask.sum()))
-            if teacher_logp_all is not None:   # hybrid RL/IL: the dense gradient of KL(pi || teacher)
-                teacher_kl = reverse_kl(logp_all, teacher_logp_all)                    # (B, T)
-                per_token = per_token + cfg.teacher_kl_coef * teacher_kl
-                hybrid_metrics["teacher_kl"] = (teacher_kl.detach() * loss_mask).sum().item() / max(
-                    1, int(loss_mask.sum()))
-            loss = aggregate_loss(per_token, loss_mask, cfg.loss_agg_mode, cfg.max_completion_length)
-            if demos is not None:              # hybrid RL/IL: imitation of the step's demonstrations
-                nll = imitation_nll(self.model(input_ids=demos[0], attention_mask=demos[1]).logits, demos[2])
-                loss = loss + cfg.il_coef * nll
-                hybrid_metrics["il/nll"] = nll.item()
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            params = [p for p in self.model.parameters() if p.requires_grad]
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm).item()
-            loss_value = loss.item()
-            if math.isfinite(grad_norm) and math.isfinite(loss_value) and bool(loss_mask.any()):
-                self.optimizer.step()
-            else:  # never let a NaN/inf reach the weights; an all-masked batch teaches nothing
-                   # (AdamW would still move the weights by its momentum)
-                skipped += 1
-                self.optimizer.zero_grad(set_to_none=True)
+                s.logp, s.logp_all = self._logprobs(batch)
+            s.logp_safe = torch.where(s.mask, s.logp, torch.zeros_like(s.logp))
+            per_token, pg_metrics, corr_metrics = self._policy_loss(s, corr_metrics)   # sets s.loss_mask
+            for term in self._hook("token_loss", s):                       # reference KL, teacher KL
+                per_token = per_token + term
+            loss = aggregate_loss(per_token, s.loss_mask, cfg.loss_agg_mode, cfg.max_completion_length)
+            for term in self._hook("batch_loss", s):                       # imitation
+                loss = loss + term
+            grad_norm, loss_value, stepped = self._optimizer_step(loss, s.loss_mask)
+            skipped += not stepped
         self.global_step += 1
 
         # METRICS (TRL's names where they exist), timing, evaluation
-        metrics = self._step_metrics(batch, rewards, valid, per_func, reward_errors, counted, entropy,
-                                     old_logp_safe - rollout_logp, outside, finite_mu & finite_pi, nonempty)
-        if cfg.tool_token_stats and batch.env_mask is not None:   # SimpleTIR's measurement, pi before the update
-            metrics.update(tool_conditioned_token_stats(first_logp_all.detach(), batch.completion_ids, counted,
-                                                        batch.env_mask, advantages=advantages.detach()))
+        metrics = self._step_metrics(batch, rewards, s.valid, per_func, reward_errors, s.counted, s.entropy,
+                                     s.old_logp_safe - s.rollout_logp, finite, nonempty)
         metrics.update({"loss": loss_value, "grad_norm": grad_norm, "faults/skipped_steps": skipped,
-                        **({"kl": kl_value} if kl_value is not None else {}), **corr_metrics, **pg_metrics,
-                        **(batch.episode_metrics or {}), **filter_metrics, **adv_metrics, **hybrid_metrics})
-        if self.environment is not None:   # per-turn rewards, where the task gives them
-            metrics.update(turn_reward_metrics(self.task, batch.completions, columns, self.environment.max_turns))
+                        **corr_metrics, **pg_metrics, **(batch.episode_metrics or {})})
+        for method_metrics in self._hook("metrics", s):
+            metrics.update(method_metrics)
         t1 = time.perf_counter()
         metrics.update({"time/rollout": t_rollout - t0, "time/update": t1 - t_rollout, "step_time": t1 - t0})
         if cfg.eval_steps and self.global_step % cfg.eval_steps == 0:
@@ -364,67 +311,52 @@ class Trainer:
             metrics["time/eval"] = time.perf_counter() - t2
         return metrics
 
-    def _turn_rewards(self, batch: RolloutBatch, rows: list[dict]):
-        """(B, K) per-turn rewards for trloo when the task is the reward and gives them
-        (`turn_rewards(completion, example)`), else None (the outcome then sits on the last turn).
-        A row's last reward (the answer's) sits on its last turn, the others on its turns from the
-        first on; a list longer than the row's turns adds its surplus to the last turn."""
-        if (self.config.advantage_estimator != "trloo" or batch.turn_ids is None
-                or self.reward_funcs != [self.task] or not hasattr(self.task, "turn_rewards")):
-            return None
-        turns = (batch.turn_ids.max(-1).values + 1).clamp(min=1).tolist()              # (B,) turns per row
-        out = torch.zeros(len(rows), max(turns), dtype=torch.float64)
-        for i, (completion, example) in enumerate(zip(batch.completions, rows)):
-            *head, last = [float(x) for x in self.task.turn_rewards(completion, example)] or [0.0]
-            out[i, turns[i] - 1] += last
-            for k, r in enumerate(head):
-                out[i, min(k, turns[i] - 1)] += r
-        return out.to(self.device)
+    def _hook(self, name: str, s: StepState) -> list:
+        """Call every method's hook `name` on the step's state, in order; the non-None results."""
+        out = [getattr(m, name)(s) for m in self.methods]
+        return [r for r in out if r is not None]
 
-    def _void_filter(self, batch: RolloutBatch, valid):
-        """(B,) rows that train and the filter's metrics: `valid` less, with mask_void_turns, the
-        episodes with a void turn (SimpleTIR); a single-turn batch's void turn is a truncated one."""
-        if not self.config.mask_void_turns:
-            return valid, {}
-        void = batch.has_void_turn if batch.has_void_turn is not None else batch.is_truncated
-        return drop_void_trajectories(valid, void)
+    def _policy_loss(self, s: StepState, corr_metrics: dict):
+        """(B, T) PPO/REINFORCE loss of this iteration, its metrics, and the correction's metrics.
+        Decoupled: w = pi_old / mu from the hook, ratio pi_theta / pi_old.  Bypass: pi_old := mu;
+        weights and mask recomputed from pi_theta / mu at every iteration."""
+        cfg, batch = self.config, s.batch
+        clip = dict(loss=cfg.policy_loss, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high,
+                    clip_ratio_c=cfg.clip_ratio_c)
+        if cfg.bypass_mode:
+            weights, s.loss_mask, corr_metrics = rollout_correction(
+                s.logp_safe.detach(), s.rollout_logp, s.mask, **self._correction_kwargs(batch, s.logp_all))
+            per_token, pg_metrics = bypass_policy_loss(s.logp_safe, s.rollout_logp, s.advantages, s.loss_mask,
+                                                       weights, **clip)
+        else:
+            s.loss_mask = s.mask
+            per_token, pg_metrics = decoupled_policy_loss(s.logp_safe, s.old_logp_safe, s.advantages, s.mask,
+                                                          s.is_weights, **clip)
+        return per_token, pg_metrics, corr_metrics
+
+    def _optimizer_step(self, loss, loss_mask) -> tuple[float, float, bool]:
+        """Backward, clip, and step: (grad_norm, loss, stepped).  A NaN/inf never reaches the
+        weights, and an all-masked batch teaches nothing (AdamW would still move the weights by
+        its momentum): both skip the step."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm).item()
+        loss_value = loss.item()
+        if math.isfinite(grad_norm) and math.isfinite(loss_value) and bool(loss_mask.any()):
+            self.optimizer.step()
+            return grad_norm, loss_value, True
+        self.optimizer.zero_grad(set_to_none=True)
+        return grad_norm, loss_value, False
 
     def _needs_full_logprobs(self) -> bool:
-        """Whether a configured estimator reads pi's whole distribution per token: the optimal
-        token baseline (sum_v pi_v^2), the exact-KL rejection modes, the KL to a teacher and the
-        tool-token statistics.  Otherwise no (B, T, V)
-        tensor outlives the backward pass (the graph holds one, as it must)."""
+        """Whether the advantage estimator, a method, or the exact-KL rejection modes read pi's
+        whole distribution per token (`needs_full_logprobs`).  Otherwise no (B, T, V) tensor
+        outlives the backward pass (the graph holds one, as it must)."""
         cfg = self.config
-        return (cfg.advantage_estimator == "optimal_token_baseline" or cfg.teacher_kl_coef > 0
-                or cfg.tool_token_stats
+        return (ADV_ESTIMATORS[cfg.advantage_estimator].needs_full_logprobs
+                or any(m.needs_full_logprobs for m in self.methods)
                 or (cfg.rollout_rs is not None and "_kl" in cfg.rollout_rs))
-
-    def _load_teacher(self):
-        """The frozen teacher of teacher_kl_coef (RLConfig.teacher_model), on the trainer's device."""
-        cfg = self.config
-        teacher, teacher_tok = resolve_model(cfg.teacher_model, cfg.task, seed=cfg.seed)
-        if teacher_tok.get_vocab() != self.tokenizer.get_vocab():
-            raise ConfigError(f"teacher_model={cfg.teacher_model!r} has another tokenizer than the policy: "
-                              "a per-token KL needs one vocabulary; choose a teacher trained with the same tokenizer")
-        return teacher.to(self.device).requires_grad_(False).eval()
-
-    @torch.no_grad()
-    def _teacher_logprobs(self, batch: RolloutBatch):
-        """The teacher's (B, T, V) log-distributions on the batch's contexts (None without one)."""
-        if self.teacher is None:
-            return None
-        cfg = self.config
-        _, teacher_all = sequence_logprobs(self.teacher, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
-                                           cfg.temperature, return_all=True, share_prefix=cfg.share_prefix)
-        return teacher_all
-
-    def _demonstrations(self, examples: list[dict]):
-        """(input_ids, attention_mask, labels) of the task's demonstrations for the step's prompts,
-        in the warm start's SFT format (rl_lab.warmstart.sft_batch), when il_coef > 0; else None."""
-        if self.config.il_coef <= 0:
-            return None
-        from rl_lab.warmstart import sft_batch
-        return tuple(t.to(self.device) for t in sft_batch(self.tokenizer, self.task, examples))
 
     def _logprobs(self, batch: RolloutBatch, full: bool = False):
         """The trainer's log-probs of the batch's tokens (B, T) [and entropy (B, T)], then the
@@ -442,12 +374,6 @@ class Trainer:
         """The engine's `environment` argument when episodes are multi-turn (none otherwise, so
         engines without multi-turn support keep working for single-turn tasks)."""
         return {"environment": self.environment} if self.environment is not None else {}
-
-    def _collision_probs(self, logp_all):
-        """sum_v pi_v^2 per token (B, T), needed only by the optimal token baseline (else None)."""
-        if self.config.advantage_estimator != "optimal_token_baseline":
-            return None
-        return sum_pi_squared(logp_all.detach())
 
     def _sampler_logprobs(self, batch: RolloutBatch, old_logp):
         """mu's log-probs; an engine that reports none is allowed only when nothing needs them
@@ -473,7 +399,7 @@ class Trainer:
                     rollout_token_veto_threshold=cfg.rollout_token_veto_threshold, token_kl=kl)
 
     def _step_metrics(self, batch, rewards, valid, per_func, reward_errors, counted, entropy, log_ratio,
-                      outside, finite, nonempty) -> dict:
+                      finite, nonempty) -> dict:
         lengths = batch.completion_mask.sum(-1).float()
         self.num_tokens += int(batch.prompt_mask.sum() + batch.completion_mask.sum())
         metrics = {"step": self.global_step}
@@ -494,8 +420,6 @@ class Trainer:
             "faults/empty_completions": int((~nonempty).sum()),
             "faults/masked_samples": int((~valid).sum()),
         })
-        if self.config.dvp_min_p > 0:
-            metrics["dvp/outside_fraction"] = int(outside.sum()) / max(1, int((outside | counted).sum()))
         lr_tok = log_ratio[counted]
         if lr_tok.numel():
             ratio = lr_tok.clamp(-20, 20).exp()

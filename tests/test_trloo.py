@@ -116,7 +116,8 @@ def test_a_trainer_step_with_trloo_reads_the_tasks_per_turn_rewards():
     trainer = Trainer(RLConfig(**{**SMALL, "max_completion_length": 40}, advantage_estimator="trloo", max_steps=1),
                       model=model, tokenizer=tok, task=task, engine=FixedEngine(model, tok, batch))
     rows = [{"prompt": p, "answer": "2"} for p in batch.prompts]
-    per_turn = trainer._turn_rewards(batch, rows)
+    from rl_lab.algos.trloo import task_turn_rewards
+    per_turn = task_turn_rewards(trainer.task, trainer.reward_funcs, batch, rows, trainer.device)
     turns = [2, 1, 2, 3]
     for i, c in enumerate(batch.completions):
         last = float(len(c) % 2 == 0)

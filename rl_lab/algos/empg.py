@@ -97,3 +97,24 @@ def empg_advantages(advantages: torch.Tensor, entropy: torch.Tensor, mask: torch
                "empg/scale_max": g[exists].max().item() if exists.any() else float("nan"),
                "empg/bonus_mean": f[exists].mean().item() if exists.any() else float("nan")}
     return out, metrics
+
+
+# ----------------------------------------------------------------------------- the trainer's plug-in
+from rl_lab.algos.method import Method, StepState  # noqa: E402
+
+
+class EMPG(Method):
+    """RLConfig.empg: each model turn's advantage modulated by its entropy (empg_advantages)."""
+    name = "empg"
+
+    @staticmethod
+    def active(config) -> bool:
+        return bool(config.empg)
+
+    def advantages(self, s: StepState) -> None:
+        cfg = self.config
+        s.advantages, s.extra["empg_metrics"] = empg_advantages(s.advantages, s.entropy, s.mask, s.batch.turn_ids,
+                                                                cfg.empg_k, cfg.empg_k_f, cfg.empg_zeta)
+
+    def metrics(self, s: StepState) -> dict:
+        return s.extra["empg_metrics"]

@@ -48,3 +48,70 @@ def imitation_nll(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         raise ValueError("imitation_nll: no demonstration token has a label (all -100); "
                          "check the demonstrations' labels")
     return F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=-100)
+
+
+# ----------------------------------------------------------------------------- the trainer's plug-ins
+from rl_lab.algos.method import Method, StepState, masked_token_mean  # noqa: E402
+
+
+class TeacherKL(Method):
+    """RLConfig.teacher_kl_coef > 0: add coef x KL(pi || teacher) per token, exactly over the
+    vocabulary (the dense gradient), on the model's own tokens.  The teacher (RLConfig.teacher_model)
+    is loaded once and must share the policy's tokenizer."""
+    name = "teacher_kl"
+    needs_full_logprobs = True
+
+    @staticmethod
+    def active(config) -> bool:
+        return config.teacher_kl_coef > 0
+
+    def setup(self, trainer) -> None:
+        from rl_lab.errors import ConfigError
+        from rl_lab.models import resolve_model
+        cfg = self.config
+        teacher, teacher_tok = resolve_model(cfg.teacher_model, cfg.task, seed=cfg.seed)
+        if teacher_tok.get_vocab() != trainer.tokenizer.get_vocab():
+            raise ConfigError(f"teacher_model={cfg.teacher_model!r} has another tokenizer than the policy: "
+                              "a per-token KL needs one vocabulary; choose a teacher trained with the same tokenizer")
+        self.teacher = teacher.to(trainer.device).requires_grad_(False).eval()
+        trainer.teacher = self.teacher
+
+    @torch.no_grad()
+    def prepare(self, s: StepState) -> None:
+        from rl_lab.algos.grpo import sequence_logprobs
+        cfg, b = self.config, s.batch
+        _, s.extra["teacher_logp_all"] = sequence_logprobs(self.teacher, b.prompt_ids, b.prompt_mask,
+                                                           b.completion_ids, cfg.temperature, return_all=True,
+                                                           share_prefix=cfg.share_prefix)          # (B, T, V)
+
+    def token_loss(self, s: StepState):
+        teacher_kl = reverse_kl(s.logp_all, s.extra["teacher_logp_all"])                 # (B, T)
+        s.extra["teacher_kl"] = masked_token_mean(teacher_kl, s.loss_mask)
+        return self.config.teacher_kl_coef * teacher_kl
+
+    def metrics(self, s: StepState) -> dict:
+        return {"teacher_kl": s.extra["teacher_kl"]}
+
+
+class Imitation(Method):
+    """RLConfig.il_coef > 0: add il_coef x the mean NLL of the task's demonstrations for the step's
+    prompts, in the warm start's SFT format (offline imitation beside the RL loss)."""
+    name = "imitation"
+
+    @staticmethod
+    def active(config) -> bool:
+        return config.il_coef > 0
+
+    def prepare(self, s: StepState) -> None:
+        from rl_lab.warmstart import sft_batch
+        t = s.trainer
+        s.extra["demos"] = tuple(x.to(t.device) for x in sft_batch(t.tokenizer, t.task, s.examples))
+
+    def batch_loss(self, s: StepState):
+        input_ids, attention_mask, labels = s.extra["demos"]
+        nll = imitation_nll(s.trainer.model(input_ids=input_ids, attention_mask=attention_mask).logits, labels)
+        s.extra["il/nll"] = nll.item()
+        return self.config.il_coef * nll
+
+    def metrics(self, s: StepState) -> dict:
+        return {"il/nll": s.extra["il/nll"]}

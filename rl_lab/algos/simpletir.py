@@ -99,3 +99,43 @@ def tool_conditioned_token_stats(logp_all: torch.Tensor, tokens: torch.Tensor, m
         out[f"tir/logit_grad_norm/{name}_mean"] = norm[where].mean().item() if n else nan
         out[f"tir/logit_grad_norm/{name}_max"] = norm[where].max().item() if n else nan
     return out
+
+
+# ----------------------------------------------------------------------------- the trainer's plug-ins
+from rl_lab.algos.method import Method, StepState  # noqa: E402
+
+
+class VoidFilter(Method):
+    """RLConfig.mask_void_turns: rows with a void turn leave the loss and the group statistics (a
+    single-turn batch's void turn is a truncated completion).  By design, not a fault: filter/."""
+    name = "void_filter"
+
+    @staticmethod
+    def active(config) -> bool:
+        return bool(config.mask_void_turns)
+
+    def filter_rows(self, s: StepState) -> None:
+        b = s.batch
+        void = b.has_void_turn if b.has_void_turn is not None else b.is_truncated
+        s.trains, s.extra["filter_metrics"] = drop_void_trajectories(s.trains, void)
+
+    def metrics(self, s: StepState) -> dict:
+        return s.extra["filter_metrics"]
+
+
+class ToolTokenStats(Method):
+    """RLConfig.tool_token_stats: SimpleTIR's measurement, on pi before the update (multi-turn
+    batches only)."""
+    name = "tool_token_stats"
+    needs_full_logprobs = True
+
+    @staticmethod
+    def active(config) -> bool:
+        return bool(config.tool_token_stats)
+
+    def metrics(self, s: StepState) -> dict:
+        b = s.batch
+        if b.env_mask is None:
+            return {}
+        return tool_conditioned_token_stats(s.first_logp_all.detach(), b.completion_ids, s.counted, b.env_mask,
+                                            advantages=s.advantages.detach())

@@ -107,3 +107,20 @@ def trloo_advantages(rewards: torch.Tensor, mask: torch.Tensor, turn_ids: torch.
     G = turn_returns(r, exists, gamma)
     A = turn_leave_one_out(G, exists, group_ids)
     return per_token(A, turn_ids, m).to(rewards.dtype)
+
+
+def task_turn_rewards(task, reward_funcs, batch, rows: list[dict], device=None):
+    """(B, K) per-turn rewards when the task is the only reward and gives them
+    (`task.turn_rewards(completion, example)`), else None (the outcome then sits on the last turn).
+    A row's last reward (the answer's) sits on its last turn, the others on its turns from the
+    first on; a list longer than the row's turns adds its surplus to the last turn."""
+    if batch.turn_ids is None or list(reward_funcs) != [task] or not hasattr(task, "turn_rewards"):
+        return None
+    turns = (batch.turn_ids.max(-1).values + 1).clamp(min=1).tolist()                  # (B,) turns per row
+    out = torch.zeros(len(rows), max(turns), dtype=torch.float64)
+    for i, (completion, example) in enumerate(zip(batch.completions, rows)):
+        *head, last = [float(x) for x in task.turn_rewards(completion, example)] or [0.0]
+        out[i, turns[i] - 1] += last
+        for k, r in enumerate(head):
+            out[i, min(k, turns[i] - 1)] += r
+    return out.to(device) if device is not None else out

@@ -1,0 +1,39 @@
+"""The KL penalty to a frozen reference policy (RLConfig.beta > 0; TRL's `beta`, verl's
+`use_kl_loss` with the k3 estimator): beta x k3(pi_theta, pi_ref) per token, added to the loss."""
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from rl_lab.algos.grpo import kl_k3, sequence_logprobs
+from rl_lab.algos.method import Method, StepState, masked_token_mean
+
+
+class ReferenceKL(Method):
+    name = "reference_kl"
+
+    @staticmethod
+    def active(config) -> bool:
+        return config.beta > 0
+
+    def setup(self, trainer) -> None:
+        """The reference is the policy's weights when the Trainer is built."""
+        self.ref_model = copy.deepcopy(trainer.model).requires_grad_(False).eval()
+        trainer.ref_model = self.ref_model
+
+    def prepare(self, s: StepState) -> None:
+        cfg, b = self.config, s.batch
+        with torch.no_grad():
+            s.extra["ref_logp"] = sequence_logprobs(self.ref_model, b.prompt_ids, b.prompt_mask, b.completion_ids,
+                                                    cfg.temperature, dvp_min_p=cfg.dvp_min_p,
+                                                    share_prefix=cfg.share_prefix)        # (B, T)
+
+    def token_loss(self, s: StepState):
+        ref = s.extra["ref_logp"]
+        kl = kl_k3(s.logp_safe, torch.where(s.mask, ref, torch.zeros_like(ref)))         # (B, T)
+        s.extra["kl"] = masked_token_mean(kl, s.loss_mask)
+        return self.config.beta * kl
+
+    def metrics(self, s: StepState) -> dict:
+        return {"kl": s.extra["kl"]}
