@@ -291,6 +291,26 @@ def size_table() -> pd.DataFrame:
                         index=pd.Index(order, name="source"))
 
 
+# ----------------------------------------------------------------------------- long horizon
+def long_horizon() -> pd.DataFrame:
+    """research/long_horizon/summarize.py's table (3000 steps at lr 5e-5 and 1e-4)."""
+    return load(RESEARCH / "long_horizon/summarize.py").table()
+
+
+def long_horizon_table(table: pd.DataFrame) -> pd.DataFrame:
+    order = {"fresh": 0, "stale 2": 1, "stale 4": 2, "bf16": 3}
+    t = table.assign(o=table["source"].map(order)).sort_values(["learning_rate", "o"])
+    return pd.DataFrame({
+        "collapses": [f"{r.collapses}/{r.runs}" for r in t.itertuples()],
+        "reward, last fifth": [f"{r.reward_last:.2f}" for r in t.itertuples()],
+        "minus fresh (Holm p)": ["–" if r.source == "fresh" else f"{r.diff:+.2f} ({r.p_holm:.2g})"
+                                 for r in t.itertuples()],
+        "k3, first → last fifth": [f"{r.k3_first:.2g} → {r.k3_last:.2g}" for r in t.itertuples()],
+        "k3 growth": list(t["k3_growth"]),
+    }, index=pd.Index([f"{r.source}, {lr_label(r.learning_rate)}" for r in t.itertuples()],
+                      name="sampler, 3000 steps"))
+
+
 # ----------------------------------------------------------------------------- early warning
 MONITORS = {"rollout_corr/k3_kl": "k3", "rollout_corr/log_ppl_abs_diff": "|log-ppl gap|",
             "rollout_corr/training_ppl": "trainer perplexity", "grad_norm": "gradient norm", "entropy": "entropy"}
