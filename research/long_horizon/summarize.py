@@ -54,7 +54,8 @@ def source_of(row) -> str:
 def runs(results: Path = RESULTS) -> pd.DataFrame:
     df = load_results(results)
     df["source"] = df.apply(source_of, axis=1)
-    return df.merge(pd.read_csv(results / "fifths.csv").drop(columns="spec"), on="run_id")
+    fifths = pd.read_csv(results / "fifths.csv")          # reward_first/last are in results.csv already
+    return df.merge(fifths[["run_id", "k3_first", "k3_last", "entropy_first", "entropy_last"]], on="run_id")
 
 
 def table(results: Path = RESULTS) -> pd.DataFrame:
