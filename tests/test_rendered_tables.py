@@ -63,5 +63,5 @@ def test_the_check_finds_a_typed_table():
 def test_the_chapter_renders_its_tables():
     text = (ROOT / PAGES[0]).read_text(encoding="utf-8")
     for name in ("tab-staleness", "tab-stationary", "tab-long", "tab-size", "tab-nine", "tab-pilot-corrections",
-                 "tab-warning"):
+                 "tab-warning", "tab-long-horizon"):
         assert f"{{glue:md}} {name}" in text, name
