@@ -200,6 +200,18 @@ def check_disk(free_bytes: int, where: str) -> Check:
     return Check("disk", OK, found)
 
 
+def check_sandbox(mode: str | None, reason: str) -> Check:
+    """Which mode the Python tool's sandbox gets here (rl_lab.agents.python_tool)."""
+    if mode == "namespaces":
+        return Check("tool sandbox", OK, f"namespaces: {reason}")
+    if mode is None:
+        return Check("tool sandbox", WARN, f"not probed: {reason}",
+                     "the Python tool needs Linux; the calculator tool and everything else work")
+    return Check("tool sandbox", WARN, f"unsandboxed: {reason}",
+                 "the Python tool refuses model-written code here unless given allow_unsandboxed=True: allow "
+                 "unprivileged user namespaces (or run as root) for the kernel's isolation")
+
+
 def _same_file(a: str, b: str) -> bool:
     try:
         return os.path.samefile(a, b)
@@ -323,6 +335,8 @@ class Facts:
     vllm_imported: bool = False
     step_ms: float | None = None
     step_threads: int | None = None
+    sandbox_mode: str | None = None
+    sandbox_reason: str = "not probed"
     notes: list[str] = field(default_factory=list)
 
 
@@ -345,6 +359,12 @@ def gather_facts(disk_path: str = ".", import_vllm: bool = False, timing_steps: 
         free_bytes=shutil.disk_usage(disk_path).free, disk_path=str(Path(disk_path).resolve()),
         kernel_argv=None, kernel_dir=None)
     facts.kernel_argv, facts.kernel_dir = python3_kernelspec()
+    if sys.platform.startswith("linux"):
+        from rl_lab.agents import sandbox_mode
+        mode = sandbox_mode()
+        facts.sandbox_mode, facts.sandbox_reason = mode.name, mode.reason
+    else:
+        facts.sandbox_reason = f"{sys.platform} is not Linux"
     if import_vllm and has_vllm:
         facts.vllm_import_error = import_vllm_error()
         facts.vllm_imported = True
@@ -376,7 +396,8 @@ def run_checks(facts: Facts, timing: bool = True) -> list[Check]:
                                 "fix the lines above, then run `rl-lab train --task addition --preset smoke` "
                                 "to see the full error"))
     checks += [check_disk(facts.free_bytes, facts.disk_path),
-               check_kernel(facts.kernel_argv, facts.kernel_dir, facts.executable)]
+               check_kernel(facts.kernel_argv, facts.kernel_dir, facts.executable),
+               check_sandbox(facts.sandbox_mode, facts.sandbox_reason)]
     return checks
 
 

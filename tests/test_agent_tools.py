@@ -5,14 +5,16 @@ import os
 import shutil
 import sys
 import tempfile
+import uuid
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from rl_lab.agents import (CalculatorLimits, SandboxLimits, ToolResult, calculator, get_tool, register_tool,
-                           run_python, run_tool, sandbox_guarantees)
+                           run_python, run_tool, sandbox_guarantees, sandbox_mode)
 from rl_lab.agents.registry import TOOLS
+from sandbox_helpers import decoy_folder, marked, processes_with, snapshot
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux")
 
@@ -49,36 +51,16 @@ def test_calculator_limits_are_configurable():
 
 
 # ---------------------------------------------------------------- the Python tool
-def live_processes(pgid: int) -> list[int]:
-    """Pids of the processes, zombies excepted, in process group `pgid` (read from /proc)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()     # after "pid (comm) ": state, ppid, pgrp, ...
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            found.append(int(entry.name))
-    return found
-
-
-def printed_pid(output: str) -> int:
-    first = output.split()[0]
-    assert first.isdigit(), output
-    return int(first)
-
-
+# What these tests need from the sandbox works in both modes; tests/test_sandbox_attacks.py holds
+# the attacks, which only the namespaces mode must stop.
 @pytest.fixture
 def fast():
-    """Limits for these tests: a 1 s timeout, and the sandbox folders in a fresh root
-    (traversable by the sandbox user) that must be empty afterwards: the tool removes its folder
-    whatever the code did."""
+    """Limits for these tests: a 1 s timeout; in unsandboxed mode the per-call folders go to a fresh
+    root (traversable by the sandbox user) that must be empty afterwards."""
     root = Path(tempfile.mkdtemp(prefix="rl_lab_test_tools_"))
     root.chmod(0o711)
-    yield SandboxLimits(timeout_s=1.0, temp_root=str(root))
+    yield SandboxLimits(timeout_s=1.0, temp_root=str(root),
+                        allow_unsandboxed=sandbox_mode().name != "namespaces")
     left = list(root.iterdir())
     for p in left:
         shutil.rmtree(p, ignore_errors=True)
@@ -87,15 +69,14 @@ def fast():
 
 
 @pytest.fixture
-def victim(tmp_path):
-    """A file and folder outside the sandbox that the tests' code tries to damage."""
-    (tmp_path / "keep.txt").write_text("precious")
-    return tmp_path
-
-
-def snapshot(folder: Path) -> dict:
-    return {str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else None, p.stat().st_mode)
-            for p in sorted(folder.rglob("*"))}
+def victim():
+    """A file and folder outside the sandbox that the tests' code tries to damage (both writable by
+    the sandbox user)."""
+    folder = decoy_folder()
+    (folder / "keep.txt").write_text("precious")
+    (folder / "keep.txt").chmod(0o666)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def test_python_tool_runs_code_and_returns_its_output(fast):
@@ -138,10 +119,12 @@ def test_python_tool_changes_nothing_outside_its_folder(attack, victim, fast):
 
 
 def test_python_tool_cannot_write_to_world_writable_places(fast):
-    """/tmp is writable by the sandbox user too: only the audit hook stops this write."""
+    """The system temporary folder is writable by the sandbox user too.  Namespaces mode: the code's
+    /tmp is its own tmpfs, so a write there lands in it and vanishes; unsandboxed: the audit hook
+    refuses it.  Either way nothing appears on the host."""
     target = Path(tempfile.gettempdir()) / f"rl_lab_test_planted_{os.getpid()}"
     result = run_python(f"open({str(target)!r}, 'w').write('x')", fast)
-    assert result.kind == "error" and "outside the working directory" in result.output, result
+    assert result.kind in ("ok", "error"), result
     assert not target.exists()
 
 
@@ -155,40 +138,47 @@ def test_python_tool_has_no_network(fast):
 
 
 def test_an_endless_loop_times_out_and_its_process_is_gone(fast):
-    result = run_python("import os\nprint(os.getpid(), flush=True)\nwhile True: pass", replace(fast, timeout_s=0.5))
+    code, marker = marked("while True: pass")
+    result = run_python(code, replace(fast, timeout_s=0.5))
     assert result.kind == "timeout" and "timeout" in result.output, result
     assert 0.5 <= result.seconds < 3
-    assert live_processes(printed_pid(result.output)) == []
+    assert processes_with(marker) == []
 
 
-def test_fork_is_refused_by_the_audit_hook(fast):
+def test_fork_is_refused(fast):
     result = run_python("import os\nwhile True:\n    os.fork()", fast)
     assert result.kind == "error" and "os.fork is not allowed" in result.output, result
 
 
-def test_a_bounded_fork_bomb_is_stopped_by_the_process_limit_and_cleaned_up(fast):
-    """The OS layer alone (audit hook off): RLIMIT_NPROC refuses forks past the limit, and the
-    children left sleeping are killed with the process group when the tool exits.  Bounded (40
-    forks at most, children sleep then exit) so it cannot hurt a shared machine."""
-    if not sandbox_guarantees()["process_limit"]:
+def test_a_bounded_fork_bomb_is_stopped_and_cleaned_up(fast):
+    """The OS layer alone (audit hook off).  Namespaces mode: seccomp refuses the first fork.
+    Unsandboxed mode: RLIMIT_NPROC refuses forks past the limit, and the children left sleeping
+    are killed with the process group.  Bounded (40 forks at most, children sleep then exit) so
+    it cannot hurt a shared machine."""
+    namespaces = sandbox_mode().name == "namespaces"
+    if not namespaces and os.geteuid() == 0 and not sandbox_guarantees()["runs_as_other_user"]:
         pytest.skip("RLIMIT_NPROC does not apply to root and the sandbox cannot switch user here")
-    code = ("import os, time\nkids = []\nprint(os.getpid(), flush=True)\nfor i in range(40):\n"
-            "    try:\n        pid = os.fork()\n    except OSError as e:\n        print('refused', i, flush=True)\n"
-            "        break\n    if pid == 0:\n        time.sleep(20)\n        os._exit(0)\n    kids.append(pid)\n"
-            "print('kids', len(kids))")
+    code, marker = marked(
+        "import os, time\nkids = []\nfor i in range(40):\n    try:\n        pid = os.fork()\n"
+        "    except OSError as e:\n        print('refused', i, flush=True)\n        break\n    if pid == 0:\n"
+        "        time.sleep(20)\n        os._exit(0)\n    kids.append(pid)\nprint('kids', len(kids))")
     result = run_python(code, replace(fast, timeout_s=5.0, max_processes=6, audit_hook=False))
     assert "refused" in result.output, result
     kids = int(result.output.split("kids")[1].split()[0])
-    assert kids < 40
-    assert live_processes(printed_pid(result.output)) == []
+    assert kids == 0 if namespaces else kids < 40
+    assert processes_with(marker) == []
 
 
-def test_ten_megabytes_of_output_are_truncated(fast):
-    result = run_python("print('x' * 10_000_000)", fast)
+def test_long_output_is_truncated_and_output_past_the_file_limit_is_an_error(fast):
+    """'truncated' means exit 0 with the output cut at max_output_chars; ten megabytes pass the
+    file-size limit (1 MiB), the write fails and the program exits non-zero: an error, cut too."""
+    result = run_python("print('x' * 100_000)", fast)
     assert result.kind == "truncated" and len(result.output) < fast.max_output_chars + 100, result.kind
     assert result.output.startswith("x" * 100) and result.output.endswith("[output truncated at 2000 characters]")
-    many = run_python("for i in range(200_000):\n    print(i)", fast)
+    many = run_python("for i in range(100_000):\n    print(i)", fast)
     assert many.kind == "truncated" and many.output.startswith("0\n1\n2\n"), many.kind
+    huge = run_python("print('x' * 10_000_000)", fast)
+    assert huge.kind == "error" and "[output truncated at 2000 characters] [exit code" in huge.output, huge.kind
 
 
 def test_nine_to_the_nine_to_the_nine_is_refused_or_killed(fast):
@@ -238,8 +228,12 @@ def test_registry_finds_tools_and_a_raising_tool_becomes_an_error(monkeypatch):
         ToolResult("x", "exploded")
 
 
-def test_the_guarantees_on_this_machine_are_reported():
-    g = sandbox_guarantees()
-    assert set(g) == {"runs_as_other_user", "process_limit", "network_isolated"}
-    if os.geteuid() == 0:   # root: the sandbox switches to `nobody` in its own network namespace
-        assert g["runs_as_other_user"] and g["process_limit"]
+def test_the_mode_and_guarantees_on_this_machine_are_reported():
+    mode, g = sandbox_mode(), sandbox_guarantees()
+    assert mode.name in ("namespaces", "unsandboxed") and mode.reason
+    assert set(g) == {"mode_namespaces", "own_pid_namespace", "runs_as_other_user", "network_isolated",
+                      "read_only_root", "seccomp"}
+    if mode.name == "namespaces":     # every layer is on: the probe ran inside them
+        assert all(v for k, v in g.items() if k != "runs_as_other_user"), g
+    if os.geteuid() == 0:             # root's code runs as nobody in either mode
+        assert g["runs_as_other_user"], g

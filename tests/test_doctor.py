@@ -149,7 +149,7 @@ def test_a_failed_timing_is_a_fail_line_and_the_other_checks_still_run():
     checks = doctor.run_checks(facts)
     step = next(c for c in checks if c.name == "one RL step")
     assert step.status == FAIL and "no warm-start checkpoint" in step.found
-    assert [c.name for c in checks][-2:] == ["disk", "python3 kernel"]
+    assert [c.name for c in checks][-3:] == ["disk", "python3 kernel", "tool sandbox"]
     assert exit_code(doctor.run_checks(facts, timing=False)) == 0
 
 
@@ -218,3 +218,11 @@ def test_import_vllm_reports_the_last_error_line_of_a_child_import(tmp_path):
         f.chmod(0o755)
     assert doctor.import_vllm_error(str(broken)) == "RuntimeError: operator torchvision::nms does not exist"
     assert doctor.import_vllm_error(str(fine)) is None
+
+
+def test_the_sandbox_line_says_which_mode_and_what_to_do():
+    from rl_lab.doctor import check_sandbox
+    assert check_sandbox("namespaces", "user namespaces work").status == OK
+    weak = check_sandbox("unsandboxed", "unshare: Operation not permitted")
+    assert weak.status == WARN and "allow_unsandboxed=True" in weak.fix and "Operation not permitted" in weak.found
+    assert check_sandbox(None, "darwin is not Linux").status == WARN

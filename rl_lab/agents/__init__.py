@@ -11,10 +11,11 @@
 """
 from rl_lab.agents.calculator import CalculatorLimits, calculator
 from rl_lab.agents.episodes import ToolEnvironment
-from rl_lab.agents.python_tool import SandboxLimits, run_python, sandbox_guarantees
+from rl_lab.agents.python_tool import (SandboxLimits, SandboxMode, SandboxUnavailable, run_python, sandbox_guarantees,
+                                       sandbox_mode)
 from rl_lab.agents.registry import TOOLS, get_tool, register_tool, run_tool
 from rl_lab.agents.result import ToolResult
 from rl_lab.agents.scripted import ScriptedEngine, script_token_ids
 
-__all__ = ["CalculatorLimits", "SandboxLimits", "ScriptedEngine", "TOOLS", "ToolEnvironment", "ToolResult", "calculator",
-           "get_tool", "register_tool", "run_python", "run_tool", "sandbox_guarantees", "script_token_ids"]
+__all__ = ["CalculatorLimits", "SandboxLimits", "SandboxMode", "SandboxUnavailable", "ScriptedEngine", "TOOLS", "ToolEnvironment", "ToolResult", "calculator",
+           "get_tool", "register_tool", "run_python", "run_tool", "sandbox_guarantees", "sandbox_mode", "script_token_ids"]

@@ -1,12 +1,15 @@
 """Tools by name: environments look a tool up here and call it through `run_tool`, which turns
-any exception a tool raises into an error result, so a broken tool never stops a training step."""
+any exception a tool raises into an error result, so a broken tool never stops a training step.
+The one exception that passes: `SandboxUnavailable`, a machine that cannot isolate the Python tool
+and a caller that did not allow it, which must stop the run at its first call, not train a
+policy on a wall of error results."""
 from __future__ import annotations
 
 import time
 from typing import Callable
 
 from rl_lab.agents.calculator import calculator
-from rl_lab.agents.python_tool import run_python
+from rl_lab.agents.python_tool import SandboxUnavailable, run_python
 from rl_lab.agents.result import ToolResult
 
 Tool = Callable[[str], ToolResult]
@@ -36,6 +39,8 @@ def run_tool(name: str, text: str) -> ToolResult:
     start = time.perf_counter()
     try:
         result = tool(text)
+    except SandboxUnavailable:
+        raise
     except Exception as exc:
         return ToolResult(f"error: the tool {name!r} failed: {type(exc).__name__}: {exc}"[:500], "error",
                           time.perf_counter() - start)
