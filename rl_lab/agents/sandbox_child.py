@@ -147,7 +147,7 @@ def make_mounts(libc, settings):
                                                    0, 0, 0))
     check(libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, b"/", AT_RECURSIVE, attr, 32), ctypes)
     options = f"size={settings['folder_bytes']},nr_inodes={settings['folder_files']},mode=0700".encode()
-    check(mount(b"tmpfs", b"/tmp", b"tmpfs", ctypes.c_ulong(MS_NOSUID | MS_NODEV), options), ctypes)
+    check(mount(b"tmpfs", b"/tmp", b"tmpfs", ctypes.c_ulong(MS_NOSUID | MS_NODEV | MS_NOEXEC), options), ctypes)
     # a /proc that shows only this namespace's processes; where the kernel refuses (a container that
     # masks parts of its own /proc), an empty read-only folder instead
     if mount(b"proc", b"/proc", b"proc", ctypes.c_ulong(MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY), None) != 0:
