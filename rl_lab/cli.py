@@ -1,5 +1,5 @@
 """Command line: `rl-lab train`, `rl-lab plot`, `rl-lab sweep`, `rl-lab warmstart`, `rl-lab doctor`,
-`rl-lab export verl`, `rl-lab import-metrics`.
+`rl-lab export verl`, `rl-lab import-metrics`, `rl-lab diagnose`.
 
     rl-lab train --task addition --preset smoke --out runs/x
     rl-lab train --config my.yaml --set learning_rate=3e-4 --set sampler_dtype=bfloat16
@@ -10,6 +10,7 @@
     rl-lab doctor                               # is this machine ready for the labs? (exit 1 if not)
     rl-lab export verl --config my.yaml --out verl_run   # a verl 0.9.1 run of the same config (chapter 13)
     rl-lab import-metrics verl.jsonl --out runs/cluster  # a verl run's metrics under rl_lab's names
+    rl-lab diagnose verl.jsonl --plot d.png     # collapsed? why? which verl overrides to try (exit 0/1/3)
 """
 from __future__ import annotations
 
@@ -186,6 +187,9 @@ def main(argv=None) -> int:
     from rl_lab.doctor import add_arguments as add_doctor_arguments
     add_doctor_arguments(sub.add_parser("doctor", help="check this machine for the labs: Python, torch, "
                                         "threads, vLLM, one step's time, disk, the Jupyter kernel"))
+    from rl_lab.diagnose import add_arguments as add_diagnose_arguments
+    add_diagnose_arguments(sub.add_parser("diagnose", help="read a run's metrics (rl_lab, verl, flat JSONL, W&B "
+                                          "CSV) and say whether and why it collapsed, with verl overrides to try"))
     args = ap.parse_args(argv)
     try:
         if args.command == "train":
@@ -200,6 +204,9 @@ def main(argv=None) -> int:
         if args.command == "doctor":
             from rl_lab.doctor import cmd_doctor
             return cmd_doctor(args)
+        if args.command == "diagnose":
+            from rl_lab.diagnose import cmd_diagnose
+            return cmd_diagnose(args)
         from rl_lab.warmstart import main as warmstart_main
         return warmstart_main(args.rest)
     except ConfigError as e:
