@@ -26,17 +26,39 @@ def marked(code: str) -> tuple[str, str]:
     return f"# {marker}\n{code}", marker
 
 
+SANDBOX_TMP = Path("/tmp")      # namespaces mode mounts the code's own tmpfs here: a decoy below it is unseen
+
+
+def _usable_base(base: Path) -> bool:
+    """A folder for decoys: not under SANDBOX_TMP (so the code sees it) and one this process can
+    make a folder in that the sandbox user can pass through."""
+    resolved = base.resolve()
+    if resolved == SANDBOX_TMP or SANDBOX_TMP in resolved.parents:
+        return False
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        if base.stat().st_uid == os.geteuid():
+            base.chmod(0o1777)
+        probe = Path(tempfile.mkdtemp(dir=base))
+        probe.rmdir()
+    except OSError:
+        return False
+    return all(p.stat().st_mode & 0o001 for p in [resolved, *resolved.parents])
+
+
 def decoy_folder() -> Path:
-    """A fresh folder outside the system temporary folder (which namespaces mode replaces with the
-    code's own tmpfs, so a decoy there would be out of the code's sight): under the repository's
-    _build/, writable by everyone, so only the sandbox stands between the code and it."""
-    base = Path(__file__).resolve().parent.parent / "_build" / "sandbox-decoys"
-    base.mkdir(parents=True, exist_ok=True)
-    if base.stat().st_uid == os.geteuid():
-        base.chmod(0o1777)
-    folder = Path(tempfile.mkdtemp(prefix="decoy_", dir=base))
-    folder.chmod(0o777)
-    return folder
+    """A fresh folder the sandboxed code can see (outside SANDBOX_TMP, which namespaces mode replaces
+    with the code's own tmpfs), writable by everyone, so that only the sandbox stands between the
+    code and it: under the repository's _build/, or, when the repository itself is under the
+    temporary folder (a CI clone), under /var/tmp or /dev/shm."""
+    repo = Path(__file__).resolve().parent.parent
+    for base in (repo / "_build" / "sandbox-decoys", Path("/var", "tmp", "rl_lab-sandbox-decoys"),
+                 Path("/dev", "shm", "rl_lab-sandbox-decoys")):
+        if _usable_base(base):
+            folder = Path(tempfile.mkdtemp(prefix="decoy_", dir=base))
+            folder.chmod(0o777)
+            return folder
+    raise RuntimeError("no folder for a decoy outside the sandbox's /tmp that the sandbox user can reach")
 
 
 def snapshot(folder: Path) -> dict:

@@ -42,7 +42,7 @@ def test_calculator_computes_arithmetic(expression, value):
 def test_calculator_refuses_with_a_message(expression, message):
     result = calculator(expression)
     assert result.kind == "error" and result.output.startswith("error: ") and message in result.output, result
-    assert result.seconds < 0.05
+    assert result.seconds < 1.0      # refused before computing: 9**9**9 itself would take minutes
 
 
 def test_calculator_limits_are_configurable():
@@ -55,11 +55,11 @@ def test_calculator_limits_are_configurable():
 # the attacks, which only the namespaces mode must stop.
 @pytest.fixture
 def fast():
-    """Limits for these tests: a 1 s timeout; in unsandboxed mode the per-call folders go to a fresh
+    """Limits for these tests: a 1.5 s timeout (a busy machine needs the margin); in unsandboxed mode the per-call folders go to a fresh
     root (traversable by the sandbox user) that must be empty afterwards."""
     root = Path(tempfile.mkdtemp(prefix="rl_lab_test_tools_"))
     root.chmod(0o711)
-    yield SandboxLimits(timeout_s=1.0, temp_root=str(root),
+    yield SandboxLimits(timeout_s=1.5, temp_root=str(root),
                         allow_unsandboxed=sandbox_mode().name != "namespaces")
     left = list(root.iterdir())
     for p in left:
@@ -111,6 +111,8 @@ def test_python_tool_runs_code_and_returns_its_output(fast):
     "import sys\nsys.modules['__main__'].__dict__.clear()\nopen({new!r}, 'w')",
 ])
 def test_python_tool_changes_nothing_outside_its_folder(attack, victim, fast):
+    seen = run_python(f"import os\nprint(os.path.exists({str(victim / 'keep.txt')!r}))", fast)
+    assert seen.output == "True\n", seen          # the code sees the decoy, so the test can fail
     before = snapshot(victim)
     code = attack.format(keep=str(victim / "keep.txt"), new=str(victim / "new.txt"), dir=str(victim))
     result = run_python(code, fast)
@@ -139,9 +141,9 @@ def test_python_tool_has_no_network(fast):
 
 def test_an_endless_loop_times_out_and_its_process_is_gone(fast):
     code, marker = marked("while True: pass")
-    result = run_python(code, replace(fast, timeout_s=0.5))
+    result = run_python(code, fast)
     assert result.kind == "timeout" and "timeout" in result.output, result
-    assert 0.5 <= result.seconds < 3
+    assert result.seconds >= fast.timeout_s
     assert processes_with(marker) == []
 
 
@@ -184,7 +186,7 @@ def test_long_output_is_truncated_and_output_past_the_file_limit_is_an_error(fas
 def test_nine_to_the_nine_to_the_nine_is_refused_or_killed(fast):
     assert calculator("9**9**9").kind == "error"
     result = run_python("print(9**9**9)", fast)
-    assert result.kind in ("timeout", "error") and result.seconds < 3, result
+    assert result.kind in ("timeout", "error"), result
     memory = run_python("x = bytearray(10**9)", fast)
     assert memory.kind == "error" and "MemoryError" in memory.output, memory
 
@@ -200,9 +202,12 @@ def test_bad_programs_end_as_tool_errors(code, expected, fast):
 
 
 @pytest.mark.parametrize("code", ["\udcff\udcfe", "print(1)\x00", "x" * 30_000, b"print(1)"])
-def test_programs_that_cannot_be_passed_are_refused_without_a_process(code, fast):
+def test_programs_that_cannot_be_passed_are_refused_without_a_process(code, fast, monkeypatch):
+    def no_spawn(*args, **kwargs):
+        raise AssertionError("a process was started")
+    monkeypatch.setattr(os, "posix_spawn", no_spawn)
     result = run_python(code, fast)
-    assert result.kind == "error" and result.output.startswith("error: ") and result.seconds < 0.05, result
+    assert result.kind == "error" and result.output.startswith("error: "), result
 
 
 def test_unicode_output_and_identifiers_pass_through(fast):

@@ -168,13 +168,16 @@ def run_attack(code: str, victim: Path, limits: SandboxLimits = LIMITS) -> ToolR
     """Run `code` (with KEEP, DIR and MARKER defined) and check the caller's guarantees."""
     folders = tool_folders()
     keep = victim / "keep.txt"
-    body, marker = marked(f"KEEP, DIR = {str(keep)!r}, {str(victim)!r}\n" + code)
+    # the code must see the decoy, or the test proves nothing (sandbox_helpers.decoy_folder)
+    body, marker = marked(f"KEEP, DIR = {str(keep)!r}, {str(victim)!r}\nimport os as _os\n"
+                          f"print('SEES', _os.path.exists(KEEP), flush=True)\n" + code)
     body = body.replace("MARKER", repr(marker))
     before = snapshot(victim)
     start = time.monotonic()
     result = run_python(body, limits)
     assert isinstance(result, ToolResult) and result.kind in ("ok", "error", "timeout", "truncated"), result
     assert time.monotonic() - start < limits.timeout_s + 3, result
+    assert "SEES True" in result.output, result.output
     assert snapshot(victim) == before, result.output
     assert processes_with(marker) == [], result.output
     assert tool_folders() <= folders
