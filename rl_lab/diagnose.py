@@ -401,8 +401,9 @@ def figure(df, d: Diagnosis):
             ax.axhline(K3_WARN, color="C3", ls=":", lw=0.8, label=f"K3_WARN = {K3_WARN:g}")
             ax.legend(fontsize=7, loc="upper left")
         ax.set_ylabel(label)
-        for event, step in d.timeline.items():
-            ax.axvline(step, color="k" if "fall" in event else "C3", ls="--" if "fall" in event else ":", lw=0.8)
+        for event, step in d.timeline.items():     # the events the verdict rests on, not every monitor's rise
+            if event in ("reward fall", "gradient blow-up", f"{K3} rises"):
+                ax.axvline(step, color="k" if "fall" in event else "C3", ls="--" if "fall" in event else ":", lw=0.8)
     axes[0, 0].set_title(f"{d.verdict}" + (f" ({d.cause})" if d.cause else "") + f": {d.source}", fontsize=9)
     axes[-1, 0].set_xlabel("step")
     fig.tight_layout()

@@ -8,7 +8,7 @@ import rl_lab
 
 ROOT = Path(rl_lab.__file__).parent
 TOOLKITS = ("rl_lab.toolkits", "rl_lab.exact")
-TOOLS = ("rl_lab.cli", "rl_lab.sweep", "rl_lab.warmstart")   # entry points: may use anything
+TOOLS = ("rl_lab.cli", "rl_lab.sweep", "rl_lab.warmstart", "rl_lab.diagnose")   # entry points: may use anything
 
 
 def import_graph() -> dict[str, set[str]]:

@@ -81,6 +81,26 @@ L['inside'].__code__ = marshal.loads(marshal.dumps(_mk().__code__)).replace(co_n
 L['denied'].clear()
 posix2 = os
 """,
+    "S1 with a code object built by code.__new__": """
+import os
+try:
+    open('/x', 'w')
+except PermissionError as e:
+    tb = e.__traceback__
+    while tb.tb_next:
+        tb = tb.tb_next
+    L = tb.tb_frame.f_locals
+def _mk():
+    realpath = fsdecode = work = None
+    return lambda path: bool(realpath or fsdecode or work or True)
+c = _mk().__code__
+L['inside'].__code__ = type(c)(c.co_argcount, c.co_posonlyargcount, c.co_kwonlyargcount, c.co_nlocals,
+                               c.co_stacksize, c.co_flags, c.co_code, c.co_consts, c.co_names, c.co_varnames,
+                               c.co_filename, 'inside', 'inside', c.co_firstlineno, c.co_linetable,
+                               c.co_exceptiontable, c.co_freevars, c.co_cellvars)
+L['denied'].clear()
+posix2 = os
+""",
     "S1 via gc (made by _imp) after a refused gc walk": """
 import os, _imp, _frozen_importlib as fb
 gc = _imp.create_builtin(fb.ModuleSpec('gc', fb.BuiltinImporter))

@@ -1,0 +1,52 @@
+"""Each chapter's core, the text a student reads in one sitting, stays within its budget (issue 36).
+
+The core is the page without its code cells, dropdowns (folded caveats, solutions), other fenced
+blocks, display maths, exercises and references.  BUDGET is the goal; chapters not there yet are
+listed in OVER with the count they had when they were listed: the test fails when one of them
+grows past that count (by more than 2%), and when one comes under BUDGET (then remove it from
+OVER).  `python tests/test_core_length.py` prints the table of words and reading times."""
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = sorted((ROOT / "book").glob("ch*.md")) + [ROOT / "book" / "primer.md", ROOT / "book" / "my_run_collapsed.md"]
+BUDGET = 3500
+WORDS_PER_MINUTE = 200
+OVER = {"ch01_rl_on_one_page": 4933, "ch02_sga_lens": 3560, "ch04_masking_trust_regions": 4807,
+        "ch05_rollout_correction": 4825, "ch10_information_bandwidth": 4075, "ch11_ensembles": 4746,
+        "ch12_agents_tool_use": 5952, "ch_when_speed_kills": 4205}
+
+
+def core_words(text: str) -> int:
+    text = re.sub(r"\A---\n.*?\n---\n", "", text, flags=re.S)                        # front matter
+    text = re.sub(r"```\{code-cell\}.*?```", "", text, flags=re.S)                   # code cells
+    text = re.sub(r"```\{admonition\}[^\n]*\n:class: dropdown\n.*?\n```", "", text, flags=re.S)
+    text = re.sub(r"```.*?```", "", text, flags=re.S)                                # other fenced blocks
+    text = re.sub(r"\$\$.*?\$\$", " ", text, flags=re.S)                             # display maths
+    text = re.split(r"\n## (?:Exercises|References)\n", text)[0]
+    return len(re.findall(r"[A-Za-z][A-Za-z'-]*", text))
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.stem for p in PAGES])
+def test_the_core_stays_within_its_budget(page):
+    words = core_words(page.read_text(encoding="utf-8"))
+    if page.stem in OVER:
+        assert words <= 1.02 * OVER[page.stem], \
+            f"{page.stem}: the core grew to {words} words (listed at {OVER[page.stem]}); fold results and caveats into dropdowns"
+        assert words > BUDGET, f"{page.stem}: {words} words, within the budget now: remove it from OVER"
+    else:
+        assert words <= BUDGET, f"{page.stem}: {words} core words, over the budget of {BUDGET}"
+
+
+def test_the_count_ignores_what_it_should():
+    page = ("---\nx: 1\n---\n# T\n\none two three\n\n```{code-cell} ipython3\nfour five\n```\n\n"
+            "```{admonition} Solution\n:class: dropdown\nsix seven\n```\n\n$$\neight\n$$\n\n## Exercises\n\nnine\n")
+    assert core_words(page) == 4          # T, one, two, three
+
+
+if __name__ == "__main__":
+    for p in PAGES:
+        w = core_words(p.read_text(encoding="utf-8"))
+        print(f"{p.stem:36s} {w:6d} words  {w / WORDS_PER_MINUTE:5.0f} min  {'over' if w > BUDGET else ''}")
