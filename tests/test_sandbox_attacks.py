@@ -35,65 +35,34 @@ LIMITS = SandboxLimits(timeout_s=2.0)
 HARMS = ("write", "plant", "remove", "rename", "chmod", "mkfifo", "mknod", "fork", "thread", "setsid", "setpgid",
          "exec", "posix-fork", "posix-mknod", "loader")
 
+
+def hook_locals(imports: str, refused: str) -> str:
+    """Code that makes the hook refuse `refused` and takes the hook's locals, L, from the refusal's
+    traceback (attack S1)."""
+    return (f"\nimport {imports}\ntry:\n    {refused}\nexcept PermissionError as e:\n    tb = e.__traceback__\n"
+            "    while tb.tb_next:\n        tb = tb.tb_next\n    L = tb.tb_frame.f_locals\n")
+
+
+# a function with the path check's three free variables that says every path is inside
+STAND_IN = """def _mk():
+    realpath = fsdecode = work = None
+    return lambda path: bool(realpath or fsdecode or work or True)
+"""
+
 # Ways past the audit hook.  Each leaves `posix2` (a posix module: fresh where the bypass makes one).
 BYPASSES = {
-    "S1 the hook's sets from a refusal's traceback": """
-import os
-try:
-    os.fork()
-except PermissionError as e:
-    tb = e.__traceback__
-    while tb.tb_next:
-        tb = tb.tb_next
-    L = tb.tb_frame.f_locals
-    L['denied'].clear(); L['path_events'].clear()
+    "S1 the hook's sets from a refusal's traceback": hook_locals("os", "os.fork()") + """L['denied'].clear(); L['path_events'].clear()
 posix2 = os
 """,
-    "S1 the path check's __code__ replaced": """
-import os
-try:
-    open('/x', 'w')
-except PermissionError as e:
-    tb = e.__traceback__
-    while tb.tb_next:
-        tb = tb.tb_next
-    L = tb.tb_frame.f_locals
-def _mk():
-    realpath = fsdecode = work = None
-    return lambda path: bool(realpath or fsdecode or work or True)
-L['inside'].__code__ = _mk().__code__
+    "S1 the path check's __code__ replaced": hook_locals("os", "open('/x', 'w')") + STAND_IN + """L['inside'].__code__ = _mk().__code__
 L['denied'].clear()
 posix2 = os
 """,
-    "S1 via marshal.loads and code.replace": """
-import os, marshal
-try:
-    os.system('true')
-except PermissionError as e:
-    tb = e.__traceback__
-    while tb.tb_next:
-        tb = tb.tb_next
-    L = tb.tb_frame.f_locals
-def _mk():
-    realpath = fsdecode = work = None
-    return lambda path: bool(realpath or fsdecode or work or True)
-L['inside'].__code__ = marshal.loads(marshal.dumps(_mk().__code__)).replace(co_name='inside')
+    "S1 via marshal.loads and code.replace": hook_locals("os, marshal", "os.system('true')") + STAND_IN + """L['inside'].__code__ = marshal.loads(marshal.dumps(_mk().__code__)).replace(co_name='inside')
 L['denied'].clear()
 posix2 = os
 """,
-    "S1 with a code object built by code.__new__": """
-import os
-try:
-    open('/x', 'w')
-except PermissionError as e:
-    tb = e.__traceback__
-    while tb.tb_next:
-        tb = tb.tb_next
-    L = tb.tb_frame.f_locals
-def _mk():
-    realpath = fsdecode = work = None
-    return lambda path: bool(realpath or fsdecode or work or True)
-c = _mk().__code__
+    "S1 with a code object built by code.__new__": hook_locals("os", "open('/x', 'w')") + STAND_IN + """c = _mk().__code__
 L['inside'].__code__ = type(c)(c.co_argcount, c.co_posonlyargcount, c.co_kwonlyargcount, c.co_nlocals,
                                c.co_stacksize, c.co_flags, c.co_code, c.co_consts, c.co_names, c.co_varnames,
                                c.co_filename, 'inside', 'inside', c.co_firstlineno, c.co_linetable,
