@@ -73,7 +73,7 @@ def after_tool_output(env_mask: torch.Tensor, mask: torch.Tensor, window: int = 
 
 def tool_conditioned_token_stats(logp_all: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor,
                                  env_mask: torch.Tensor, low_prob: float = 0.1, window: int = 1,
-                                 advantages=None, ratio=None) -> dict:
+                                 advantages=None, ratio=None, logp_diff=None) -> dict:
     """SimpleTIR's measurement on one batch: among the counted tokens right after a tool output
     (`after_tool_output`) and among all other counted tokens, the share whose probability under
     pi is below `low_prob`, and the mean and max logit gradient norm (`logit_gradient_norm`).
@@ -81,7 +81,10 @@ def tool_conditioned_token_stats(logp_all: torch.Tensor, tokens: torch.Tensor, m
     Returns {"tir/low_prob_share/after_tool", "tir/low_prob_share/elsewhere",
     "tir/logit_grad_norm/after_tool_mean", .../elsewhere_mean, .../after_tool_max,
     .../elsewhere_max, "tir/tokens/after_tool", "tir/tokens/elsewhere"}; a share or norm over
-    no tokens is NaN (not 0, which would read as a measurement)."""
+    no tokens is NaN (not 0, which would read as a measurement).  With `logp_diff` ((B, T),
+    log pi - log mu) also "tir/abs_logp_diff/after_tool" and ".../elsewhere": the mean
+    |log pi - log mu| of each group, the post's question whether the sampler disagrees more right
+    after a tool output."""
     if not 0 < low_prob < 1:
         raise ValueError(f"low_prob={low_prob}: a probability threshold in (0, 1), e.g. 0.1")
     counted = mask.to(torch.bool)
@@ -98,6 +101,8 @@ def tool_conditioned_token_stats(logp_all: torch.Tensor, tokens: torch.Tensor, m
         out[f"tir/low_prob_share/{name}"] = (low & where).sum().item() / n if n else nan
         out[f"tir/logit_grad_norm/{name}_mean"] = norm[where].mean().item() if n else nan
         out[f"tir/logit_grad_norm/{name}_max"] = norm[where].max().item() if n else nan
+        if logp_diff is not None:
+            out[f"tir/abs_logp_diff/{name}"] = logp_diff.detach()[where].abs().mean().item() if n else nan
     return out
 
 
@@ -138,4 +143,5 @@ class ToolTokenStats(Method):
         if b.env_mask is None:
             return {}
         return tool_conditioned_token_stats(s.first_logp_all.detach(), b.completion_ids, s.counted, b.env_mask,
-                                            advantages=s.advantages.detach())
+                                            advantages=s.advantages.detach(),
+                                            logp_diff=s.old_logp_safe - s.rollout_logp)
