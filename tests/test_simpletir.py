@@ -110,8 +110,14 @@ def test_tool_conditioned_stats_on_a_hand_built_batch():
     rare = math.sqrt(1 - 2 * 0.05 + sum_sq)
     assert stats["tir/logit_grad_norm/after_tool_mean"] == pytest.approx(rare)
     assert stats["tir/logit_grad_norm/after_tool_max"] > stats["tir/logit_grad_norm/elsewhere_mean"]
-    empty = tool_conditioned_token_stats(logp_all, tokens, mask, torch.zeros_like(env))
+    assert "tir/abs_logp_diff/after_tool" not in stats                # only with logp_diff
+    diff = torch.tensor([[0.1, -0.2, 9.0, -0.8, 0.3], [0.4, 0.0, 9.0, 9.0, 9.0]], dtype=torch.float64)
+    with_diff = tool_conditioned_token_stats(logp_all, tokens, mask, env, logp_diff=diff)
+    assert with_diff["tir/abs_logp_diff/after_tool"] == pytest.approx(0.8)          # |-0.8|, one token
+    assert with_diff["tir/abs_logp_diff/elsewhere"] == pytest.approx((0.1 + 0.2 + 0.3 + 0.4 + 0.0) / 5)
+    empty = tool_conditioned_token_stats(logp_all, tokens, mask, torch.zeros_like(env), logp_diff=diff)
     assert empty["tir/tokens/after_tool"] == 0 and math.isnan(empty["tir/low_prob_share/after_tool"])
+    assert math.isnan(empty["tir/abs_logp_diff/after_tool"])
     with pytest.raises(ValueError, match="low_prob"):
         tool_conditioned_token_stats(logp_all, tokens, mask, env, low_prob=1.5)
 
@@ -122,3 +128,4 @@ def test_tool_token_stats_are_logged_for_a_multi_turn_batch():
     assert row["tir/tokens/after_tool"] == 4                 # one answer token after each of the 4 outputs
     assert row["tir/tokens/elsewhere"] == int(batch.completion_mask.sum()) - 4
     assert 0 <= row["tir/low_prob_share/after_tool"] <= 1 and row["tir/logit_grad_norm/after_tool_max"] > 0
+    assert row["tir/abs_logp_diff/after_tool"] >= 0 and row["tir/abs_logp_diff/elsewhere"] >= 0
