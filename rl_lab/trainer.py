@@ -16,7 +16,6 @@ Chapter 1 (book/ch01_rl_on_one_page.md) explains the step; chapter 5 the correct
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
 import math
 import re
@@ -36,7 +35,7 @@ from rl_lab.algos.methods import build_methods
 from rl_lab.algos.modes import bypass_policy_loss, decoupled_policy_loss
 from rl_lab.config import ConfigError, RLConfig, SamplingConfig
 from rl_lab.corrections import rollout_correction, token_kl
-from rl_lab.engines.injectors import MismatchEngine, make_engine
+from rl_lab.engines import RolloutEngine, make_engine
 from rl_lab.models import quiet_hf_progress, resolve_model
 from rl_lab.engines.rollout import HFEngine, RolloutBatch
 from rl_lab.schedules import length_triggered_lr_factor
@@ -152,16 +151,6 @@ def call_reward_funcs(reward_funcs, prompts, completions, completion_ids, column
     return total, per_func, int(errors.sum())
 
 
-def runs_episodes(engine) -> bool:
-    """Whether `engine.generate` takes an `environment` (multi-turn episodes), by name or through
-    **kwargs (a wrapper that passes everything on)."""
-    generate = getattr(engine, "generate", None)
-    if generate is None:
-        return False
-    params = inspect.signature(generate).parameters
-    return "environment" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
-
-
 class Trainer:
     """GRPO/REINFORCE trainer for a causal LM on a verifiable task.
 
@@ -190,18 +179,24 @@ class Trainer:
         for method in self.methods:
             method.setup(self)
         self.engine = engine if engine is not None else make_engine(cfg, self.model, tokenizer)
+        if not isinstance(self.engine, RolloutEngine):
+            missing = [m for m in ("generate", "sync_weights", "supports_episodes", "perturbed", "record_full_logprobs")
+                       if not hasattr(self.engine, m)]
+            raise ConfigError(f"engine={type(self.engine).__name__} lacks {missing} of rl_lab.engines.RolloutEngine; "
+                              "subclass rl_lab.engines.HFEngine, or give it those members")
         if cfg.rollout_rs is not None and "_kl" in cfg.rollout_rs:  # exact KL needs mu's full distributions
             self.engine.record_full_logprobs = True
         # evaluation measures the trainer's policy, not a deliberately perturbed sampler
         self.eval_engine = (HFEngine(self.model, tokenizer, cfg.sampler_dtype)
-                            if isinstance(self.engine, MismatchEngine) else self.engine)
+                            if self.engine.perturbed else self.engine)
         self.reward_funcs = list(reward_funcs) if reward_funcs is not None else [self.task]
         self.environment = environment if environment is not None else getattr(self.task, "environment", None)
         if self.environment is not None and cfg.max_turns is not None:   # K for this run
             self.environment = dataclasses.replace(self.environment, max_turns=cfg.max_turns)
-        if self.environment is not None and not runs_episodes(self.engine):
+        if self.environment is not None and not self.engine.supports_episodes:
             raise ConfigError(f"multi-turn episodes (an environment) need an engine whose generate() takes "
-                              f"environment= (HFEngine, VLLMEngine); {type(self.engine).__name__}'s does not")
+                              f"environment= (supports_episodes: HFEngine, VLLMEngine); "
+                              f"{type(self.engine).__name__}'s does not")
         params = [p for p in self.model.parameters() if p.requires_grad]
         fused = all(p.device.type in ("cpu", "cuda") for p in params)  # one kernel, the same update
         self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, eps=1e-8,

@@ -169,7 +169,9 @@ def test_a_raising_tool_is_counted_and_training_goes_on(monkeypatch):
 
 
 def test_multi_turn_needs_an_engine_that_takes_an_environment():
-    class SingleTurn:
+    class SingleTurn:                        # a RolloutEngine that runs single-turn completions only
+        supports_episodes = perturbed = record_full_logprobs = False
+
         def generate(self, prompts, n, sampling, generator=None):
             raise AssertionError("not called")
 
@@ -178,6 +180,12 @@ def test_multi_turn_needs_an_engine_that_takes_an_environment():
     model, tok = build_model("0.3M", seed=0)
     with pytest.raises(ConfigError, match="SingleTurn's does not"):
         Trainer(RLConfig(**SMALL), model=model, tokenizer=tok, engine=SingleTurn(), environment=CHARS)
+
+    class Bare:                              # not a RolloutEngine: says which members it lacks
+        def generate(self, prompts, n, sampling, generator=None):
+            raise AssertionError("not called")
+    with pytest.raises(ConfigError, match=r"lacks \['sync_weights', 'supports_episodes'"):
+        Trainer(RLConfig(**SMALL), model=model, tokenizer=tok, engine=Bare())
     with pytest.raises(ValueError, match="max_turns"):
         ToolEnvironment(max_turns=0)
 

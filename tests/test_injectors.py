@@ -4,7 +4,7 @@ import torch
 
 from rl_lab.algos.grpo import sequence_logprobs
 from rl_lab.config import ConfigError, RLConfig, SamplingConfig
-from rl_lab.engines.injectors import MismatchEngine, make_engine
+from rl_lab.engines import MismatchEngine, make_engine
 from rl_lab.engines.rollout import HFEngine
 
 PROMPTS = ["12+34=", "7+8=", "rev:12345="]

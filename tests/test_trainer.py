@@ -266,7 +266,7 @@ def test_injectors_perturb_the_sampler_as_described(tiny):
 
 def test_injected_mismatch_shows_in_the_monitors_and_is_deterministic(tiny):
     from rl_lab.algos.grpo import sequence_logprobs
-    from rl_lab.engines.injectors import make_engine
+    from rl_lab.engines import make_engine
     from rl_lab.monitors import mismatch_metrics
     model, tok = tiny
 

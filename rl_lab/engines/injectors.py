@@ -8,7 +8,7 @@ Each mirrors a cause seen in production, at a size a laptop can run:
   sampler_temperature=tau             the sampler divides its logits by tau, the trainer scores at
                                       `temperature` (a temperature set only in the inference engine)
   top_p / top_k / min_p               truncated sampling; the trainer scores the full vocabulary
-`make_engine(config, model, tokenizer)` builds the engine an RLConfig asks for.
+`rl_lab.engines.make_engine(config, model, tokenizer)` builds the engine an RLConfig asks for.
 
 Chapter "When speed kills stability" (book/ch_when_speed_kills.md) and the lab "measure your own mismatch" use them.
 """
@@ -41,6 +41,7 @@ class MismatchEngine(HFEngine):
     and loads the ones from `staleness` syncs ago (the oldest it has, early on), then
     quantises them if asked.
     """
+    perturbed = True             # the trainer evaluates with a plain HFEngine
 
     def __init__(self, model, tokenizer, dtype: str = "float32", quantization: str | None = None,
                  staleness: int = 0, logit_noise: float = 0.0, temperature: float | None = None):
@@ -81,17 +82,3 @@ class MismatchEngine(HFEngine):
         self.history.clear()
         self.history.extend(state.get("history", []))
 
-
-def make_engine(config, model, tokenizer) -> HFEngine:
-    """The rollout engine for an RLConfig: vLLM with `use_vllm`, else a plain HFEngine unless an
-    injector is on."""
-    if getattr(config, "use_vllm", False):
-        from rl_lab.engines.vllm_engine import VLLMEngine
-        return VLLMEngine(model, tokenizer, dtype=config.sampler_dtype, seed=config.seed)
-    perturbed = (config.sampler_quantization is not None or config.sampler_staleness > 0
-                 or config.sampler_logit_noise > 0 or getattr(config, "sampler_temperature", None) is not None)
-    if not perturbed:
-        return HFEngine(model, tokenizer, config.sampler_dtype)
-    return MismatchEngine(model, tokenizer, config.sampler_dtype, config.sampler_quantization,
-                          config.sampler_staleness, config.sampler_logit_noise,
-                          getattr(config, "sampler_temperature", None))

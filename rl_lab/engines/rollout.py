@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, fields
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import torch
 import torch.nn.functional as F
@@ -36,7 +36,7 @@ class RolloutBatch:
     prompt_mask: torch.Tensor        # (B, P) 1 on real prompt tokens
     completion_ids: torch.Tensor     # (B, T) right-padded with pad_token_id
     completion_mask: torch.Tensor    # (B, T) 1 on generated tokens, up to and including <eos>
-    sampler_logprobs: torch.Tensor   # (B, T) log mu(y_t | x, y_<t); 0 where mask is 0
+    sampler_logprobs: torch.Tensor | None  # (B, T) log mu(y_t | x, y_<t), 0 where mask is 0; None: not reported
     completions: list[str]           # (B,) decoded, special tokens removed
     is_truncated: torch.Tensor       # (B,) bool: no <eos> within max_completion_length
     group_ids: torch.Tensor          # (B,) index of the prompt each row belongs to
@@ -60,7 +60,24 @@ class RolloutBatch:
         return RolloutBatch(**moved)
 
 
+@runtime_checkable
 class RolloutEngine(Protocol):
+    """What the trainer asks of a sampler (HFEngine, MismatchEngine, VLLMEngine, or your own).
+
+    generate(prompts, n, sampling, generator, environment=None) -> RolloutBatch
+        n completions per prompt, with the log-probs they were sampled with (`sampler_logprobs`;
+        None if the engine cannot report them, then the corrections that need mu refuse to run).
+        With an `environment` (when `supports_episodes`) every completion is a multi-turn episode.
+    sync_weights(model)      before each rollout: take the trainer's current weights.
+    supports_episodes        generate() takes environment= (multi-turn tool use).
+    perturbed                the engine differs from the trainer on purpose (an injector): the
+                             trainer then evaluates its policy with a plain HFEngine instead.
+    record_full_logprobs     set by the trainer when a correction needs mu's (B, T, V) distributions.
+    """
+    supports_episodes: bool
+    perturbed: bool
+    record_full_logprobs: bool
+
     def generate(self, prompts: list[str], n: int, sampling: SamplingConfig,
                  generator: torch.Generator | None = None, environment=None) -> RolloutBatch: ...
 
@@ -134,6 +151,8 @@ class HFEngine:
     log-distributions (for exact per-context divergences).  Subclasses perturb the sampler
     through `perturb_logits` and `sync_weights` (see rl_lab.engines.injectors).
     """
+    supports_episodes = True     # rl_lab.engines.rollout.RolloutEngine
+    perturbed = False
 
     def __init__(self, model: torch.nn.Module, tokenizer, dtype: str = "float32",
                  copy_weights: bool | None = None):

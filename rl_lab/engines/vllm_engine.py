@@ -101,6 +101,9 @@ class VLLMEngine:
                 max_position_embeddings).
     seed:       vLLM's global seed (per-request seeds come from the `generator` of `generate`).
     """
+    supports_episodes = True     # rl_lab.engines.rollout.RolloutEngine
+    perturbed = False
+    record_full_logprobs = False  # vLLM returns top-k log-probs, not (B, T, V): exact-KL rejection refuses it
 
     def __init__(self, model: torch.nn.Module | str | os.PathLike, tokenizer, dtype: str = "bfloat16",
                  max_model_len: int | None = None, seed: int = 0, enforce_eager: bool = True,
