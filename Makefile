@@ -6,16 +6,20 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 # Extra arguments for the torch install (e.g. a CPU-only index on a laptop).
 TORCH_PIP_ARGS ?=
+# The tested environment (every version `make setup` installs); empty to install without it.
+CONSTRAINTS ?= rl_lab/constraints.txt
 export RL_LAB_PRESET ?= smoke
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup vendor book test test-fast lab labs-ipynb checkpoints check-checkpoints bench bench-short bench-long clean help
+.PHONY: setup vendor book test test-fast lint lab labs-ipynb checkpoints check-checkpoints bench bench-short bench-long clean help
 
 help:
 	@echo "make setup   create .venv and install everything (CPU torch, book, tests, offline assets)"
 	@echo "make book    build the book offline, executing every lab (RL_LAB_PRESET=$(RL_LAB_PRESET))"
 	@echo "make test    unit tests + every lab under pytest --nbval"
+	@echo "make test-fast  lint (ruff) + the unit tests not marked slow: a few minutes, run first by CI"
+	@echo "make lint    ruff check (the rule set in pyproject.toml)"
 	@echo "make lab     JupyterLab on the labs (localhost:$(LAB_PORT), token auth; LAB_PORT=, LAB_ARGS=)"
 	@echo "make checkpoints        regenerate the shipped warm-start checkpoints and their manifest"
 	@echo "make check-checkpoints  rebuild them in a temporary folder and compare with the manifest"
@@ -29,9 +33,9 @@ setup:
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q -U pip
 	TORCH_PIP_ARGS="$(TORCH_PIP_ARGS)" bash tools/install_torch.sh $(VENV)
-	$(PIP) install -q -e ".[dev]"
-	bash tools/install_vllm.sh $(VENV)
-	bash tools/install_verl.sh $(VENV)
+	$(PIP) install -q $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e ".[dev]"
+	CONSTRAINTS="$(CONSTRAINTS)" bash tools/install_vllm.sh $(VENV)
+	CONSTRAINTS="$(CONSTRAINTS)" bash tools/install_verl.sh $(VENV)
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3" >/dev/null
 	bash tools/vendor_assets.sh
 	@echo "setup done: activate with  . $(VENV)/bin/activate"
@@ -65,8 +69,15 @@ book:
 test: labs-ipynb
 	$(PY) -m pytest -q tests _build/nbtest --nbval-lax --nbval-current-env --nbval-cell-timeout=600 -p no:cacheprovider --durations=25
 
-test-fast:
-	$(PY) -m pytest -q tests -m "not slow"
+# The fast tier: what breaks at import or in a unit fails here in minutes, before the book build.
+# CI records what passed (RL_LAB_FAST_TIER_RECORD) and `make test` skips exactly those
+# (RL_LAB_FAST_TIER_PASSED); see tests/conftest.py.
+test-fast: lint
+	$(PY) -m pytest -q tests -m "not slow" -x -p no:cacheprovider --durations=25
+
+lint:
+	@test -x $(VENV)/bin/ruff || { echo "make lint: $(VENV)/bin/ruff not found: run \`make setup\` (ruff is in the [test] extra)" >&2; exit 1; }
+	$(VENV)/bin/ruff check .
 
 # Overwrites rl_lab/checkpoints/ and MANIFEST.json.
 checkpoints:

@@ -60,7 +60,7 @@ def regret(args) -> None:
         runs.append(run_bandit(env, EnsembleSampling(d=d, M=M), steps, seeds))
     table = regret_table(runs)
     ts = runs[0].mean_se()
-    print(f"\n| M | Ensemble++ | ensemble sampling | TS |\n|---|---|---|---|")
+    print("\n| M | Ensemble++ | ensemble sampling | TS |\n|---|---|---|---|")
     for i, M in enumerate((1, 2, 4, 8, 16, 32, 64)):
         epp, es = runs[1 + 2 * i].mean_se(), runs[2 + 2 * i].mean_se()
         print(f"| {M} | {epp[0]:.1f} ± {epp[1]:.1f} | {es[0]:.1f} ± {es[1]:.1f} | {ts[0]:.1f} ± {ts[1]:.1f} |")

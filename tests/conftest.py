@@ -86,3 +86,32 @@ def chromium() -> str:
             pytest.fail(f"{reason} (RL_LAB_REQUIRE_BOOK=1 makes this a failure)")
         pytest.skip(reason)
     return exe
+
+
+# --------------------------------------------------------------------------- the fast tier
+# `make test-fast` (lint + the unit tests not marked slow) runs first in CI, so that a broken
+# import fails in minutes.  With RL_LAB_FAST_TIER_RECORD=<file> it writes the ids of the tests it
+# passed there; `make test` with RL_LAB_FAST_TIER_PASSED=<that file> then deselects exactly those
+# (a test the fast tier skipped, e.g. one that needs the built book, still runs).  Without either
+# variable nothing changes: `make test` alone runs everything.
+def pytest_runtest_logreport(report):
+    path = os.environ.get("RL_LAB_FAST_TIER_RECORD")
+    if path and report.when == "call" and report.passed:
+        with open(path, "a") as f:
+            f.write(report.nodeid + "\n")
+
+
+def pytest_collection_modifyitems(config, items):
+    path = os.environ.get("RL_LAB_FAST_TIER_PASSED")
+    if not path:
+        return
+    if not os.path.exists(path):
+        raise pytest.UsageError(f"RL_LAB_FAST_TIER_PASSED={path}: no such file (run `make test-fast` "
+                                "with RL_LAB_FAST_TIER_RECORD first, or unset it to run every test)")
+    with open(path) as f:
+        passed = set(f.read().split("\n")) - {""}
+    keep = [item for item in items if item.nodeid not in passed]
+    dropped = [item for item in items if item.nodeid in passed]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep

@@ -5,7 +5,6 @@ import os
 import shutil
 import sys
 import tempfile
-import uuid
 from dataclasses import replace
 from pathlib import Path
 

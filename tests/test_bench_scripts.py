@@ -23,6 +23,7 @@ def load(name):
         sys.path.remove(str(BENCH))
 
 
+@pytest.mark.slow
 def test_forced_length_holds_for_rl_lab_and_the_plain_step(monkeypatch):
     rl_step = load("bench_rl_step")
     shape = rl_step.Shape(prompts=2, generations=2, max_new=12, forced=True)
@@ -39,6 +40,7 @@ def test_forced_length_holds_for_rl_lab_and_the_plain_step(monkeypatch):
     assert not (completions == tok.eos_token_id).any()
 
 
+@pytest.mark.slow
 def test_long_completion_benchmark_runs_and_its_phases_add_up(capsys, monkeypatch):
     bench = load("bench_long_completions")
     monkeypatch.setattr(sys, "argv", ["bench_long_completions.py", "--sizes", "0.3M", "--lengths", "4", "8",

@@ -61,13 +61,13 @@ def test_config_has_no_placeholder_and_loads_both_extensions():
 
 
 def test_binder_pins_the_projects_torch():
-    pin = re.search(r'^TORCH_VERSION="\$\{TORCH_VERSION:-([^}]+)\}"', (REPO / "tools/install_torch.sh").read_text(),
-                    re.M).group(1)
+    from rl_lab.doctor import locked_versions
+    pin = locked_versions()["torch"]             # rl_lab/constraints.txt, which install_torch.sh reads
     reqs = (REPO / "binder/requirements.txt").read_text()
     assert f"torch=={pin}+cpu" in reqs.splitlines()
     assert (REPO / "binder/runtime.txt").read_text().strip() == "python-3.11"
     post = (REPO / "binder/postBuild").read_text()
-    assert "pip install --no-cache-dir -e ." in post and "Jupytext Notebook" in post
+    assert "pip install --no-cache-dir -c rl_lab/constraints.txt -e ." in post and "Jupytext Notebook" in post
 
 
 def _build(tmp_path, monkeypatch, github_repository):
@@ -98,7 +98,7 @@ def _build(tmp_path, monkeypatch, github_repository):
 def test_a_real_build_links_binder_and_publishes_the_notebook(tmp_path, monkeypatch):
     html_dir = _build(tmp_path, monkeypatch, "example/stable-rl-lm")
     page = (html_dir / "labs" / "lab01.html").read_text(encoding="utf-8")
-    assert f"https://mybinder.org/v2/gh/example/stable-rl-lm/main?urlpath=lab/tree/labs/lab01.md" in page
+    assert "https://mybinder.org/v2/gh/example/stable-rl-lm/main?urlpath=lab/tree/labs/lab01.md" in page
     assert f'href="{URL}"' in page
     assert "_sources/labs/lab01.ipynb" in page                 # the download menu's notebook (for Colab)
     assert (html_dir / "_sources" / "labs" / "lab01.ipynb").stat().st_size > 1000

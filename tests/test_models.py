@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from rl_lab.models import MODEL_SIZES, build_model, load_model, num_parameters, resolve_model
+from rl_lab.models import build_model, load_model, num_parameters, resolve_model
 
 
 @pytest.mark.parametrize("size,lo,hi", [("0.3M", 0.25e6, 0.35e6), ("3M", 2.8e6, 3.5e6), ("30M", 25e6, 35e6)])

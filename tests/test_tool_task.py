@@ -2,12 +2,9 @@
 the out-of-distribution tool output, the warm start's multi-turn SFT (the tool's output comes
 from the real calculator and is masked from the loss), RLConfig.max_turns and its errors, and
 multi-turn runs from the CLI that resume."""
-import dataclasses
-import json
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 import torch
 

@@ -3,7 +3,6 @@ import math
 
 import numpy as np
 import pytest
-import torch
 
 from rl_lab.config import ConfigError
 from rl_lab.exact import (ExactProblem, SequenceSpace, behaviour_logits, error_identity, feedback_policy,

@@ -8,7 +8,9 @@
 set -euo pipefail
 VENV="${1:-.venv}"
 PY="$VENV/bin/python"
-TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
+# shellcheck source=tools/locked_version.sh
+source "$(dirname "${BASH_SOURCE[0]}")/locked_version.sh"
+TORCH_VERSION="${TORCH_VERSION:-$(locked_version torch)}"
 TORCH_PIP_ARGS="${TORCH_PIP_ARGS:-}"
 
 # shellcheck source=tools/has_gpu.sh

@@ -13,7 +13,10 @@
 set -euo pipefail
 VENV="${1:-.venv}"
 PY="$VENV/bin/python"
-VERL_VERSION="0.9.1"
+# shellcheck source=tools/locked_version.sh
+source "$(dirname "${BASH_SOURCE[0]}")/locked_version.sh"
+VERL_VERSION="$(locked_version verl)"
+CONSTRAINTS="${CONSTRAINTS-$(dirname "${BASH_SOURCE[0]}")/../rl_lab/constraints.txt}"   # the tested versions of verl's requirements
 if [ ! -x "$PY" ]; then
     echo "install_verl.sh: no python at $PY (create the venv first, e.g. make setup)" >&2
     exit 2
@@ -45,10 +48,10 @@ if ! grep -qi '^torch==' "$constraints"; then
     exit 2
 fi
 "$PY" -m pip install -q --no-deps "verl==$VERL_VERSION"
-"$PY" -m pip install -q -c "$constraints" \
+"$PY" -m pip install -q -c "$constraints" ${CONSTRAINTS:+-c "$CONSTRAINTS"} \
     packaging numpy "ray>=2.41" "tensordict>=0.8.0,<=0.10.0,!=0.9.0" omegaconf codetiming transformers
 # For the export tests (tests/test_verl_export.py): verl's Hydra config, its RLHFDataset, parquet.
-"$PY" -m pip install -q -c "$constraints" hydra-core datasets pyarrow
+"$PY" -m pip install -q -c "$constraints" ${CONSTRAINTS:+-c "$CONSTRAINTS"} hydra-core datasets pyarrow
 if ! check; then
     echo "install_verl.sh: verl $VERL_VERSION installed but its modules do not import:" >&2
     "$PY" -c "import verl.trainer.ppo.rollout_corr_helper, verl.trainer.ppo.core_algos" >&2 || true

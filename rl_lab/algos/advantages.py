@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from rl_lab.monitors import masked_mean, masked_sum
+from rl_lab.monitors import masked_mean
 
 
 def outcome_token_rewards(rewards, mask):
