@@ -28,7 +28,7 @@ def _parse_value(text: str):
 
 
 def build_config(args):
-    from rl_lab.config import RLConfig, get_preset, preset_name, tool_task_fields
+    from rl_lab.config import get_preset, preset_name
     from rl_lab.models import check_model_spec
 
     given, set_fields = _cli_fields(args)
@@ -36,8 +36,6 @@ def build_config(args):
     if args.out:
         overrides["output_dir"] = str(args.out)
     preset = overrides.pop("preset", None) or args.preset
-    if "max_completion_length" not in overrides:   # a tool task's episodes are longer than the default
-        overrides.update(tool_task_fields(overrides.get("task", RLConfig.task), overrides.get("task_kwargs")))
     cfg = get_preset(preset_name(preset), **overrides)
     check_model_spec(cfg.model, cfg.task)      # a missing warm start is a config error, up front
     return cfg

@@ -162,7 +162,10 @@ class RLConfig(_Validated):
     per_device_train_batch_size = prompts_per_step * num_generations)."""
     num_generations: int = 8
     """Completions per prompt: the group size G."""
-    max_completion_length: int = 8
+    max_completion_length: int | None = None
+    """Tokens per completion (a whole episode on a tool task).  None: 8, or a tool task's longest
+    episode (call, tool output, answer, <eos>); set when the config is built, so the Python API
+    and the CLI give the same default."""
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0
@@ -379,6 +382,9 @@ class RLConfig(_Validated):
     def _validate_episodes(self, task):
         """max_turns only for a tool task; a tool task's episode must fit max_completion_length."""
         from rl_lab.tasks import TASKS
+        if self.max_completion_length is None:
+            self.max_completion_length = (DEFAULT_COMPLETION_LENGTH if getattr(task, "environment", None) is None
+                                          else episode_completion_length(task))
         if getattr(task, "environment", None) is None:
             if self.max_turns is not None:
                 tool_tasks = [name for name, kind in TASKS.items() if hasattr(kind, "environment")]
@@ -446,23 +452,14 @@ class WarmStartConfig(_Validated):
             _check_range(self, "target_success", lo=0, hi=1, lo_open=True, hi_open=True)
 
 
+DEFAULT_COMPLETION_LENGTH = 8
+"""RLConfig.max_completion_length when it is None and the task has no tool (the single-turn tasks'
+answers fit in 8 tokens)."""
+
+
 def episode_completion_length(task) -> int:
     """Tokens a tool task's longest episode needs (call, tool output, answer, <eos>)."""
     return task.max_answer_length + 1
-
-
-def tool_task_fields(task: str, task_kwargs: dict | None = None) -> dict[str, Any]:
-    """{"max_completion_length": the longest episode} for a tool task, {} for any other (or a
-    task name or knobs that are not valid: RLConfig reports those).  The CLI fills it in when
-    the command line does not set max_completion_length."""
-    from rl_lab.tasks import get_task
-    try:
-        built = get_task(task, **(task_kwargs or {}))
-    except (ValueError, TypeError):
-        return {}
-    if getattr(built, "environment", None) is None:
-        return {}
-    return {"max_completion_length": episode_completion_length(built)}
 
 
 # Preset overrides for RLConfig.  smoke: CI, a minute or less; laptop: minutes on 2 cores;

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rl_lab import RLConfig, Trainer
-from rl_lab.config import ConfigError, tool_task_fields
+from rl_lab.config import ConfigError
 from rl_lab.models import build_model
 from rl_lab.tasks import GroupedNumberEnvironment, get_task, group_thousands, turn_reward_metrics
 from rl_lab.trainer import TIMING_KEYS
@@ -115,12 +115,14 @@ def test_max_turns_is_for_tool_tasks_and_says_so():
     with pytest.raises(ConfigError, match="no tool environment.*multiplication_tool"):
         RLConfig(task="addition", max_turns=2)
     with pytest.raises(ConfigError, match="max_completion_length >= 21"):
-        RLConfig(task="multiplication_tool")                        # the default 8 tokens cut every episode
+        RLConfig(task="multiplication_tool", max_completion_length=8)   # 8 tokens cut every episode
     with pytest.raises(ConfigError, match="max_turns"):
         RLConfig(task="multiplication_tool", max_completion_length=21, max_turns=0)
-    assert tool_task_fields("multiplication_tool") == {"max_completion_length": 21}
-    assert tool_task_fields("multiplication_tool", {"tool_output_style": "ood"}) == {"max_completion_length": 22}
-    assert tool_task_fields("addition") == {} and tool_task_fields("no-such-task") == {}
+    # unset: a tool task's longest episode (the Python API and the CLI agree), else 8 tokens
+    assert RLConfig(task="multiplication_tool").max_completion_length == 21
+    assert RLConfig(task="multiplication_tool", task_kwargs={"tool_output_style": "ood"}).max_completion_length == 22
+    assert RLConfig(task="addition").max_completion_length == 8 == RLConfig().max_completion_length
+    assert RLConfig(task="addition").replace(max_turns=None).max_completion_length == 8
     assert RLConfig(task="addition").max_turns is None
 
 
