@@ -315,6 +315,7 @@ class RLConfig(_Validated):
         except ValueError as e:
             raise ConfigError(f"RLConfig.task_kwargs={self.task_kwargs!r}: {e}") from e
         self._validate_episodes(task)
+        self._warn_inert()
         for name in ("prompts_per_step", "max_completion_length", "num_iterations", "max_steps"):
             _check_range(self, name, lo=1)
         _check_range(self, "num_generations", lo=2)
@@ -378,6 +379,30 @@ class RLConfig(_Validated):
         _check_choice(self, "device", ("auto", "cpu", "cuda"))
         if self.save_steps and not self.output_dir:
             raise ConfigError("RLConfig.save_steps > 0 needs output_dir (where to write checkpoints)")
+
+    INERT = (
+        (("empg_k", "empg_k_f", "empg_zeta"), lambda c: not c.empg, "empg is off"),
+        (("teacher_model",), lambda c: c.teacher_kl_coef == 0, "teacher_kl_coef is 0"),
+        (("rollout_is_threshold", "rollout_is_batch_normalize"), lambda c: c.rollout_is is None, "rollout_is is None"),
+        (("rollout_rs_threshold",), lambda c: c.rollout_rs is None, "rollout_rs is None"),
+        (("length_baseline_steps", "length_surge_factor", "lr_decay_period_factor", "min_lr_ratio"),
+         lambda c: c.lr_scheduler_type != "length_triggered", "lr_scheduler_type is not length_triggered"),
+    )
+    """Fields that only one option reads: (fields, "that option is off", why).  Setting one away
+    from its default while the option is off is a ConfigWarning, not a silent no-op."""
+
+    def _warn_inert(self):
+        import warnings
+
+        from rl_lab.errors import ConfigWarning
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for names, off, why in self.INERT:
+            if not off(self):
+                continue
+            changed = [n for n in names if getattr(self, n) != defaults[n]]
+            if changed:
+                warnings.warn(f"RLConfig.{', '.join(f'{n}={getattr(self, n)!r}' for n in changed)} "
+                              f"has no effect: {why}", ConfigWarning, stacklevel=5)
 
     def _validate_episodes(self, task):
         """max_turns only for a tool task; a tool task's episode must fit max_completion_length."""

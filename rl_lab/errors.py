@@ -4,3 +4,8 @@ config validates against (rl_lab.corrections) import it without importing each o
 
 class ConfigError(ValueError):
     """A configuration value is invalid; the message names the field and what is allowed."""
+
+
+class ConfigWarning(UserWarning):
+    """A configuration value has no effect under the other options (e.g. empg_k with EMPG off);
+    the message names the field and the option that would use it."""

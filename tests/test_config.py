@@ -112,3 +112,22 @@ def test_min_tokens_reaches_the_sampler_and_cannot_exceed_the_length():
             cls(max_completion_length=16, min_tokens=20)
         with pytest.raises(ConfigError, match="min_tokens"):
             cls(min_tokens=-1)
+
+
+def test_a_field_without_effect_is_a_warning():
+    """empg_k with EMPG off, a threshold without its correction: said, not silently ignored."""
+    import warnings
+
+    from rl_lab.errors import ConfigWarning
+    with pytest.warns(ConfigWarning, match=r"empg_k=2.0 has no effect: empg is off"):
+        RLConfig(empg_k=2.0)
+    with pytest.warns(ConfigWarning, match=r"rollout_rs_threshold='0.5_2' has no effect: rollout_rs is None"):
+        RLConfig(rollout_rs_threshold="0.5_2")
+    with pytest.warns(ConfigWarning, match="length_surge_factor"):
+        RLConfig(length_surge_factor=2.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigWarning)       # the option on, or the default: no warning
+        RLConfig(empg=True, empg_k=2.0, task="multiplication_tool")
+        RLConfig(rollout_is="token", rollout_is_threshold=3.0)
+        RLConfig(lr_scheduler_type="length_triggered", length_surge_factor=2.0)
+        RLConfig()
