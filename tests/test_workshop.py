@@ -29,6 +29,20 @@ def test_smoke_times_are_the_benchmarks():
                                        f"says {m.group(1)} s: update the page")
 
 
+def test_the_advanced_block_times_are_the_benchmarks():
+    """The optional block's rows (lab, cells, smoke time of those cells) are BENCHMARKS.md's."""
+    bench = (REPO / "BENCHMARKS.md").read_text(encoding="utf-8")
+    section = " ".join(bench[bench.index("## 4."):bench.index("## 5.")].split())   # lines rewrap
+    block = PAGE[PAGE.index("## Optional: an advanced block"):PAGE.index("## Exercises to assign")]
+    rows = re.findall(r"^\|[^|]*\|[^|]*\| \{doc\}`\.\./labs/lab(\d+)_\w+` \| first cell, sections ([^|]+?) \| (\d+) s \|$",
+                      block, re.M)
+    assert len(rows) == 3, f"the advanced block should list three labs with smoke times, found {rows}"
+    for lab, sections, seconds in rows:
+        m = re.search(rf"advanced lab {int(lab)} sections {re.escape(sections)} (\d+) s", section)
+        assert m, f"BENCHMARKS.md section 4 has no time for lab {int(lab)} sections {sections}"
+        assert m.group(1) == seconds, f"workshop.md: lab {lab} {sections} {seconds} s, BENCHMARKS.md {m.group(1)} s"
+
+
 def test_the_doctor_line_participants_are_told_to_expect():
     from rl_lab import doctor
     assert "ready for the labs" in PAGE and "rl-lab doctor" in PAGE

@@ -291,6 +291,37 @@ def size_table() -> pd.DataFrame:
                         index=pd.Index(order, name="source"))
 
 
+# ----------------------------------------------------------------------------- bf16's k3
+def bf16_k3_runs() -> pd.DataFrame:
+    """Every shipped run with a bf16 sampler (and an fp32 trainer): the checkpoint it started
+    from, its task, learning rate, steps and k3 per token (the run's mean of rollout_corr/k3_kl)."""
+    sources = [("long_completions/results", "0.3M"), ("long_horizon/results", "0.3M"),
+               ("model_size/results", "3M")]
+    frames = []
+    for folder, size in sources:
+        df = load_results(RESEARCH / folder)
+        if "sampler_dtype" not in df:
+            continue
+        df = df[df["sampler_dtype"] == "bfloat16"].copy()
+        scratchpad = folder.startswith("long_completions") & (df["spec"] == "bf16")  # map_bf16.yaml
+        df["task"] = np.where(scratchpad, "scratchpad", "addition")
+        df["checkpoint"] = [f"{size} {task} warm start" for task in df["task"]]
+        df["source"] = folder.split("/")[0] + "/" + df["spec"]
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True)
+
+
+def bf16_k3_table() -> pd.DataFrame:
+    """Per (checkpoint, learning rate, steps): runs and the range of k3 per token over seeds."""
+    runs = bf16_k3_runs()
+    rows = []
+    for (ckpt, lr, steps), g in runs.groupby(["checkpoint", "learning_rate", "steps"], sort=True):
+        rows.append({"checkpoint": ckpt, "learning rate": lr_label(lr), "steps": int(steps),
+                     "runs": len(g), "k3 per token": span(g["k3_kl_mean"], "{:.1e}"),
+                     "shipped in": ", ".join(sorted(set(g["source"])))})
+    return pd.DataFrame(rows).set_index("checkpoint")
+
+
 # ----------------------------------------------------------------------------- long horizon
 def long_horizon() -> pd.DataFrame:
     """research/long_horizon/summarize.py's table (3000 steps at lr 5e-5 and 1e-4)."""
