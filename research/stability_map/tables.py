@@ -342,6 +342,47 @@ def long_horizon_table(table: pd.DataFrame) -> pd.DataFrame:
                       name="sampler, 3000 steps"))
 
 
+# ----------------------------------------------------------------------------- the post's setting in miniature
+def post_miniature():
+    """research/post_miniature/summarize.py's frames: (runs, question (a) per cell, its OOD-vs-plain
+    tests, question (b) and growth per style and sampler)."""
+    mod = load(RESEARCH / "post_miniature/summarize.py")
+    runs = mod.runs()
+    a, a_tests = mod.question_a(runs)
+    return runs, a, a_tests, mod.question_b(runs)
+
+
+def miniature_a_table(a: pd.DataFrame, tests: pd.DataFrame) -> pd.DataFrame:
+    """Question (a): |log pi - log mu| right after a tool output over elsewhere, steps 1-100."""
+    test = tests.set_index("sampler")
+
+    def ood_vs_plain(r) -> str:
+        if r.sampler not in test.index or r.style != "ood":
+            return "–"
+        return f"{test.loc[r.sampler, 'verdict']} ({test.loc[r.sampler, 'p_holm']:.2g})"
+    return pd.DataFrame({
+        "runs": list(a["runs"]),
+        "after / elsewhere (steps 1-100)": [f"{x:.2f}" for x in a["ratio_first100"]],
+        "one-sample t": ["–" if np.isnan(x) else f"{x:.1f}" for x in a["t_vs_0"]],
+        "right after tool outputs": list(a["after_vs_elsewhere"]),
+        "OOD vs plain (Holm p)": [ood_vs_plain(r) for r in a.itertuples()],
+    }, index=pd.Index([f"{r.sampler}, {r.style} outputs" for r in a.itertuples()], name="sampler, tool outputs"))
+
+
+def miniature_b_table(b: pd.DataFrame) -> pd.DataFrame:
+    """Question (b) and the growth of k3: 2000-step runs against the fp32 control."""
+    return pd.DataFrame({
+        "collapses": [f"{r.collapses}/{r.runs}" for r in b.itertuples()],
+        "held-out success (greedy)": [f"{r.eval_reward:.2f}" for r in b.itertuples()],
+        "minus fp32 (Holm p)": ["–" if r.reward_verdict == "control" else f"{r.diff:+.2f} ({r.p_holm:.2g})"
+                                for r in b.itertuples()],
+        "k3, first → last fifth": [f"{r.k3_first:.2g} → {r.k3_last:.2g}" for r in b.itertuples()],
+        "k3 growth": list(b["k3_growth"]),
+        "verdict": [r.collapse_verdict if r.reward_verdict == "control" else
+                    f"{r.collapse_verdict}; reward: {r.reward_verdict}" for r in b.itertuples()],
+    }, index=pd.Index([f"{r.sampler}, {r.style} outputs" for r in b.itertuples()], name="sampler, 2000 steps"))
+
+
 # ----------------------------------------------------------------------------- early warning
 MONITORS = {"rollout_corr/k3_kl": "k3", "rollout_corr/log_ppl_abs_diff": "|log-ppl gap|",
             "rollout_corr/training_ppl": "trainer perplexity", "grad_norm": "gradient norm", "entropy": "entropy"}
