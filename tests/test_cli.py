@@ -4,6 +4,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from rl_lab.trainer import TIMING_KEYS
 from rl_lab.utils import read_jsonl
 
@@ -16,6 +18,7 @@ def _strip(rows):
     return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows]
 
 
+@pytest.mark.slow             # > 20 s: not in the fast tier (make test-fast)
 def test_yaml_config_and_overrides(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("task: reversal\ntask_kwargs: {length: 3}\nmax_steps: 2\n")
@@ -35,6 +38,7 @@ def test_bad_config_exits_2_with_a_message(tmp_path):
     assert "loss_agg_mode" in out.stderr and "token-mean" in out.stderr and "Traceback" not in out.stderr
 
 
+@pytest.mark.slow             # > 20 s: not in the fast tier (make test-fast)
 def test_a_killed_run_resumes_to_the_same_result(tmp_path):
     args = ["train", "--task", "addition", "--set", "max_steps=10", "--set", "save_steps=2"] + SMALL
     ref = subprocess.run(RL + args + ["--out", str(tmp_path / "ref")], capture_output=True, text=True,

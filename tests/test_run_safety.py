@@ -41,6 +41,7 @@ def _rl(*args, timeout=300):
 
 
 # ---------------------------------------------------------------- 1. a second run never mixes in
+@pytest.mark.slow             # > 20 s: not in the fast tier (make test-fast)
 def test_cli_refuses_a_run_folder_that_holds_a_run_and_overwrite_starts_over(tmp_path):
     run = tmp_path / "run"
     args = ["train", "--task", "addition", "--out", str(run), "--set", "max_steps=2"] + SMALL_ARGS
@@ -89,6 +90,7 @@ def test_rotation_keeps_the_current_runs_newest_checkpoint(tmp_path):
 
 
 # ---------------------------------------------------------------- 3. --resume keeps the config
+@pytest.mark.slow             # > 20 s: not in the fast tier (make test-fast)
 def test_resume_reads_the_saved_config_and_lists_set_changes(tmp_path):
     run = tmp_path / "run"
     first = _rl("train", "--task", "reversal", "--seed", "3", "--out", str(run), "--set", "max_steps=2",

@@ -365,6 +365,7 @@ def _interpreter_for_nobody(env: dict) -> str | None:
     return None
 
 
+@pytest.mark.slow             # > 20 s: not in the fast tier (make test-fast)
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
                     reason="re-running as `nobody` needs root and setpriv")
 def test_the_attacks_fail_as_an_unprivileged_user_too():

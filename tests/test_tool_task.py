@@ -158,6 +158,7 @@ def test_a_warm_started_tool_run_resumes_to_the_same_result(tmp_path):
     assert all(r["tools/calls"] > 0 for r in rows) and "rewards/turn_1/mean" in rows[0]
 
 
+@pytest.mark.slow             # > 20 s: not in the fast tier (make test-fast)
 def test_cli_runs_multi_turn_episodes_from_the_warm_start(tmp_path):
     """`rl-lab train --task multiplication_tool --preset smoke` fills in the episode length and
     trains on calculator episodes from the shipped warm start; `--resume` continues the run."""

@@ -41,6 +41,7 @@ def _max_gap(a, b, mask):
     return ((a - b).abs() * mask).max().item()
 
 
+@pytest.mark.slow             # > 20 s: not in the fast tier (make test-fast)
 def test_fp32_vllm_logprobs_equal_trainer_logprobs(setup):
     model, tok, eng = setup
     eng.sync_weights(model)
