@@ -331,15 +331,22 @@ def long_horizon() -> pd.DataFrame:
 def long_horizon_table(table: pd.DataFrame) -> pd.DataFrame:
     order = {"fresh": 0, "stale 2": 1, "stale 4": 2, "bf16": 3}
     t = table.assign(o=table["source"].map(order)).sort_values(["learning_rate", "o"])
-    return pd.DataFrame({
+    controls = [r.source == "fresh" for r in t.itertuples()]
+    return pd.DataFrame(against_control(t, "reward_last", "reward, last fifth", "minus fresh (Holm p)", controls),
+                        index=pd.Index([f"{r.source}, {lr_label(r.learning_rate)}" for r in t.itertuples()],
+                                       name="sampler, 3000 steps"))
+
+
+def against_control(t: pd.DataFrame, reward: str, reward_name: str, diff_name: str, controls: list) -> dict:
+    """The columns a long-run table shares: collapses, a reward and its difference from the control
+    (Holm p; "–" on the control's rows), k3 over the first and last fifth, and k3's growth verdict."""
+    return {
         "collapses": [f"{r.collapses}/{r.runs}" for r in t.itertuples()],
-        "reward, last fifth": [f"{r.reward_last:.2f}" for r in t.itertuples()],
-        "minus fresh (Holm p)": ["–" if r.source == "fresh" else f"{r.diff:+.2f} ({r.p_holm:.2g})"
-                                 for r in t.itertuples()],
+        reward_name: [f"{x:.2f}" for x in t[reward]],
+        diff_name: ["–" if c else f"{r.diff:+.2f} ({r.p_holm:.2g})" for c, r in zip(controls, t.itertuples())],
         "k3, first → last fifth": [f"{r.k3_first:.2g} → {r.k3_last:.2g}" for r in t.itertuples()],
         "k3 growth": list(t["k3_growth"]),
-    }, index=pd.Index([f"{r.source}, {lr_label(r.learning_rate)}" for r in t.itertuples()],
-                      name="sampler, 3000 steps"))
+    }
 
 
 # ----------------------------------------------------------------------------- the post's setting in miniature
@@ -371,16 +378,12 @@ def miniature_a_table(a: pd.DataFrame, tests: pd.DataFrame) -> pd.DataFrame:
 
 def miniature_b_table(b: pd.DataFrame) -> pd.DataFrame:
     """Question (b) and the growth of k3: 2000-step runs against the fp32 control."""
-    return pd.DataFrame({
-        "collapses": [f"{r.collapses}/{r.runs}" for r in b.itertuples()],
-        "held-out success (greedy)": [f"{r.eval_reward:.2f}" for r in b.itertuples()],
-        "minus fp32 (Holm p)": ["–" if r.reward_verdict == "control" else f"{r.diff:+.2f} ({r.p_holm:.2g})"
-                                for r in b.itertuples()],
-        "k3, first → last fifth": [f"{r.k3_first:.2g} → {r.k3_last:.2g}" for r in b.itertuples()],
-        "k3 growth": list(b["k3_growth"]),
-        "verdict": [r.collapse_verdict if r.reward_verdict == "control" else
-                    f"{r.collapse_verdict}; reward: {r.reward_verdict}" for r in b.itertuples()],
-    }, index=pd.Index([f"{r.sampler}, {r.style} outputs" for r in b.itertuples()], name="sampler, 2000 steps"))
+    controls = list(b["reward_verdict"] == "control")
+    columns = against_control(b, "eval_reward", "held-out success (greedy)", "minus fp32 (Holm p)", controls)
+    columns["verdict"] = [r.collapse_verdict if c else f"{r.collapse_verdict}; reward: {r.reward_verdict}"
+                          for c, r in zip(controls, b.itertuples())]
+    return pd.DataFrame(columns, index=pd.Index([f"{r.sampler}, {r.style} outputs" for r in b.itertuples()],
+                                                name="sampler, 2000 steps"))
 
 
 # ----------------------------------------------------------------------------- early warning
