@@ -3,6 +3,10 @@ SHELL := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# `make test` and `make test-fast` run TEST_JOBS pytest processes side by side (pytest-xdist, one
+# torch thread each, groups in tests/conftest.py): one per CPU, at most 4.  TEST_JOBS=1: plain pytest.
+TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
+XDIST = $(if $(filter 1,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadgroup)
 PIP := $(PY) -m pip
 # Extra arguments for the torch install (e.g. a CPU-only index on a laptop).
 TORCH_PIP_ARGS ?=
@@ -67,13 +71,13 @@ book:
 	bash tools/build_book.sh
 
 test: labs-ipynb
-	$(PY) -m pytest -q tests _build/nbtest --nbval-lax --nbval-current-env --nbval-cell-timeout=600 -p no:cacheprovider --durations=25
+	$(PY) -m pytest -q $(XDIST) tests _build/nbtest --nbval-lax --nbval-current-env --nbval-cell-timeout=600 -p no:cacheprovider --durations=25
 
 # The fast tier: what breaks at import or in a unit fails here in minutes, before the book build.
 # CI records what passed (RL_LAB_FAST_TIER_RECORD) and `make test` skips exactly those
 # (RL_LAB_FAST_TIER_PASSED); see tests/conftest.py.
 test-fast: lint
-	$(PY) -m pytest -q tests -m "not slow" -x -p no:cacheprovider --durations=25
+	$(PY) -m pytest -q $(XDIST) tests -m "not slow" -x -p no:cacheprovider --durations=25
 
 lint:
 	@test -x $(VENV)/bin/ruff || { echo "make lint: $(VENV)/bin/ruff not found: run \`make setup\` (ruff is in the [test] extra)" >&2; exit 1; }

@@ -3,12 +3,30 @@ import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RL_LAB_PRESET", "smoke")
+
+# Under pytest-xdist (`make test` and `make test-fast` run one test process per CPU), the processes
+# share the CPUs: each torch gets one thread, and so does every process a test starts (two torch
+# processes with two OpenMP threads each on two cores stall each other by an order of magnitude).
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if XDIST_WORKER:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+TEST_THREADS = 1 if XDIST_WORKER else 2
+
+# The tests of one group run in one xdist process (`--dist loadgroup`), so that what they share is
+# built once: the warm start rebuilt from its recipe, a vLLM engine, the golden runs' fixtures.
+XDIST_GROUPS = {
+    "test_learning": "rebuilt_warm_start", "test_warmstart": "rebuilt_warm_start",
+    "test_vllm_engine": "vllm", "test_vllm_episodes": "vllm",
+    "test_golden_methods": "golden_methods", "test_compare": "compare", "test_lora": "lora",
+    "test_sweep": "sweep", "test_verl_export": "verl_export", "test_environment": "environment",
+}
 
 
 @pytest.fixture(scope="session")
@@ -26,7 +44,7 @@ def fresh_tiny():
 
 @pytest.fixture(autouse=True)
 def _threads():
-    torch.set_num_threads(2)
+    torch.set_num_threads(TEST_THREADS)
 
 
 @pytest.fixture(autouse=True)
@@ -96,12 +114,20 @@ def chromium() -> str:
 # variable nothing changes: `make test` alone runs everything.
 def pytest_runtest_logreport(report):
     path = os.environ.get("RL_LAB_FAST_TIER_RECORD")
-    if path and report.when == "call" and report.passed:
+    if path and not XDIST_WORKER and report.when == "call" and report.passed:   # the controller writes
+        nodeid = re.sub(r"@(" + "|".join(set(XDIST_GROUPS.values())) + r"|nbval_\w+)$", "", report.nodeid)
         with open(path, "a") as f:
-            f.write(report.nodeid + "\n")
+            f.write(nodeid + "\n")
 
 
+@pytest.hookimpl(tryfirst=True)   # before xdist reads the groups and appends "@group" to the ids
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        path = Path(str(item.path))
+        # a lab under nbval is one kernel: its cells must run in order, in one process
+        group = f"nbval_{path.stem}" if path.suffix == ".ipynb" else XDIST_GROUPS.get(path.stem)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
     path = os.environ.get("RL_LAB_FAST_TIER_PASSED")
     if not path:
         return
