@@ -26,6 +26,8 @@ from rl_lab.utils import read_jsonl  # noqa: E402
 
 RUNS, RESULTS = ROOT / "runs/post_miniature", HERE / "results"
 SPECS = {"control": "fp32 (control)", "noise": "logit noise 0.5", "bf16_first100": "bf16"}
+# NOTES.md "Follow-up" (fixed before its runs): 2000-step bf16 samplers, their own Holm families
+FOLLOW_UP = {"bf16": "bf16 (2000 steps)", "vllm_bf16": "vLLM bf16"}
 AFTER, ELSE = "tir/abs_logp_diff/after_tool", "tir/abs_logp_diff/elsewhere"
 WINDOW = 100          # question (a)'s primary window: steps 1-100
 BIN = 20              # series.csv: means over bins of this many steps
@@ -42,7 +44,7 @@ def _log_ratio(df: pd.DataFrame) -> pd.Series:
 def collect(runs: Path = RUNS, results: Path = RESULTS) -> None:
     results.mkdir(parents=True, exist_ok=True)
     per_run, series = [], []
-    for spec in SPECS:
+    for spec in [*SPECS, *(s for s in FOLLOW_UP if (runs / s / "results.csv").exists())]:
         shutil.copy(HERE / f"{spec}.yaml", results / f"{spec}.yaml")
         res = pd.read_csv(runs / spec / "results.csv")
         res.to_csv(results / f"{spec}.csv", index=False)
@@ -67,7 +69,9 @@ def collect(runs: Path = RUNS, results: Path = RESULTS) -> None:
 def runs(results: Path = RESULTS) -> pd.DataFrame:
     """One row per run: the sweep's columns, the sampler, the output style and per_run.csv's."""
     frames = []
-    for spec, sampler in SPECS.items():
+    for spec, sampler in {**SPECS, **FOLLOW_UP}.items():
+        if spec in FOLLOW_UP and not (results / f"{spec}.csv").exists():
+            continue
         df = pd.read_csv(results / f"{spec}.csv")
         frames.append(df.assign(spec=spec, sampler=sampler))
     df = pd.concat(frames, ignore_index=True)
@@ -79,14 +83,15 @@ def _verdict(d: float, p: float, up: str, down: str) -> str:
     return (up if d > 0 else down) if p < ALPHA else "null"
 
 
-def question_a(df: pd.DataFrame) -> pd.DataFrame:
+def question_a(df: pd.DataFrame, specs=tuple(SPECS)) -> pd.DataFrame:
     """Per sampler and style: the per-run log ratio (steps 1-100 and whole run), its one-sample t;
-    per mismatched sampler, OOD against plain (Welch, Holm over the samplers)."""
+    per mismatched sampler, OOD against plain (Welch, Holm over the samplers of `specs`)."""
+    df = df[df["spec"].isin(specs)]
     rows = []
     for sampler, g in df.groupby("sampler", sort=False):
         for style, h in g.groupby("style"):
             x = h["log_ratio_first100"]
-            t = one_sample_t(x) if sampler != SPECS["control"] else np.nan
+            t = one_sample_t(x) if sampler != SPECS["control"] and len(x) > 1 else np.nan
             rows.append({"sampler": sampler, "style": style, "runs": len(h), "log_ratio_first100": x.mean(),
                          "ratio_first100": float(np.exp(x.mean())), "log_ratio_all": h["log_ratio_all"].mean(),
                          "t_vs_0": t, "after_vs_elsewhere": ("–" if np.isnan(t) else "larger right after tool outputs"
@@ -106,16 +111,18 @@ def question_a(df: pd.DataFrame) -> pd.DataFrame:
     return out, tests
 
 
-def question_b(df: pd.DataFrame) -> pd.DataFrame:
-    """Per style and sampler (2000-step runs): collapses, blow-ups, rewards, and against the control
-    the eval_reward test (Welch, Holm over the styles) and the collapse rule; k3's growth."""
-    long = df[df["steps"] >= 2000]
+def question_b(df: pd.DataFrame, specs=("control", "noise")) -> pd.DataFrame:
+    """Per style and sampler (2000-step runs of `specs`): collapses, blow-ups, rewards, and against
+    the control the eval_reward test (Welch, Holm over the tested rows) and the collapse rule;
+    k3's growth."""
+    long = df[(df["steps"] >= 2000) & df["spec"].isin(specs)]
+    names = {**SPECS, **FOLLOW_UP}
     rows = []
     for style, cell in long.groupby("style"):
         control = cell[cell["spec"] == "control"]
         for spec, g in cell.groupby("spec", sort=False):
             growth = np.log(g["k3_last"] / g["k3_first"])
-            row = {"style": style, "sampler": SPECS[spec], "runs": len(g), "collapses": int(g["collapsed"].sum()),
+            row = {"style": style, "sampler": names[spec], "runs": len(g), "collapses": int(g["collapsed"].sum()),
                    "grad_blowups": int(g["grad_blowup"].sum()), "eval_reward": g["eval_reward"].mean(),
                    "reward_last": g["reward_last"].mean(), "k3_first": g["k3_first"].mean(),
                    "k3_last": g["k3_last"].mean(), "control_collapses": int(control["collapsed"].sum())}
@@ -149,3 +156,15 @@ if __name__ == "__main__":
     print(a_tests.to_string(**fmt), "\n")
     print("Question (b) and growth: 2000-step runs, against the fp32 control\n")
     print(question_b(df).to_string(**fmt))
+    done = [s for s in FOLLOW_UP if s in set(df["spec"])]
+    if done:
+        print("\nFollow-up (NOTES.md): question (b) for the 2000-step bf16 samplers, one Holm family\n")
+        print(question_b(df, ("control", *done)).to_string(**fmt))
+        a, a_tests = question_a(df, tuple(s for s in done if s == "vllm_bf16"))
+        if len(a_tests):
+            print("\nFollow-up: question (a) for vLLM bf16, steps 1-100\n")
+            print(a.to_string(**fmt), "\n")
+            print(a_tests.to_string(**fmt))
+        first = df[df["spec"].isin(["bf16_first100", "bf16"])].groupby(["spec", "style"])["log_ratio_first100"]
+        print("\nbf16, steps 1-100 of the 100-step and the 2000-step runs (should agree)\n")
+        print(first.mean().to_string())
