@@ -5,9 +5,12 @@ sure the book is, and which verl 0.9.1 overrides to try.
     rl-lab diagnose verl_metrics.jsonl          # verl's file logger, or its console log
     rl-lab diagnose wandb_export.csv --json     # a W&B CSV export or flat JSONL; JSON on stdout
     rl-lab diagnose RUN --plot diagnosis.png    # the annotated figure
+    rl-lab diagnose RUN --watch                 # follow a live run: a line whenever the verdict changes
 
 Exit codes: 0 healthy, 1 collapsed, 3 a warning (not collapsed, but a monitor says the setup is at
-risk), 2 unreadable input.
+risk), 2 unreadable input.  With `--watch` the command re-reads the run every few seconds, prints a
+line when the verdict or its cause changes, and exits with the full report at a collapse (1); on
+Ctrl-C (or after `--watch-polls`) it exits with the last verdict's code.
 
 The rules, fixed before the tool was evaluated on any run (research/diagnose/NOTES.md); every
 threshold comes from a source, not from fitting:
@@ -416,9 +419,63 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--json", action="store_true", help="print the diagnosis as JSON instead of the report")
     ap.add_argument("--out", help="also write the diagnosis as JSON to this file (e.g. diagnosis.json)")
     ap.add_argument("--plot", help="write the annotated figure to this PNG")
+    ap.add_argument("--watch", nargs="?", const=30.0, type=float, metavar="SECONDS",
+                    help="follow a live run: re-read it every SECONDS (default 30), print a line whenever the "
+                         "verdict changes, stop with the full report at a collapse")
+    ap.add_argument("--watch-polls", type=int, default=None, help=argparse.SUPPRESS)   # tests: stop after N reads
+
+
+def _run_size(path: Path) -> int:
+    """Bytes of what `load_run` reads: the file, or a run folder's metrics.jsonl (-1 if absent)."""
+    p = path / "metrics.jsonl" if path.is_dir() else path
+    return p.stat().st_size if p.exists() else -1
+
+
+def watch(path, interval: float = 30.0, polls: int | None = None, out=None, sleep=None) -> int:
+    """Follow a run that is still being written: re-diagnose whenever it has grown, print one line
+    when the verdict or its cause changes, and return 1 with the full report at a collapse.  Returns
+    the last verdict's exit code on Ctrl-C or after `polls` reads (2 if it was never readable)."""
+    import time
+    out, sleep, path = out or sys.stdout, sleep or time.sleep, Path(path)
+    if not interval > 0:
+        raise ConfigError(f"--watch takes a positive number of seconds, got {interval}")
+    last_size, last_key, last_error, code, n = None, None, None, 2, 0
+    try:
+        while True:
+            size = _run_size(path)
+            if size != last_size:
+                last_size = size
+                try:
+                    d = diagnose(load_run(path))
+                except ConfigError as e:       # not written yet, or too short: say it once and wait
+                    if str(e) != last_error:
+                        print(f"[watch] waiting: {e}", file=out, flush=True)
+                        last_error = str(e)
+                else:
+                    last_error, code = None, d.exit_code
+                    if (d.verdict, d.cause) != last_key:
+                        last_key = (d.verdict, d.cause)
+                        first = ", ".join(f"{event} at step {step}" for event, step in d.timeline.items())
+                        print(f"[watch] step {d.steps}: {d.verdict.upper()}" + (f" ({d.cause})" if d.cause else "")
+                              + (f"; {first}" if first else ""), file=out, flush=True)
+                    if d.verdict == "collapsed":
+                        print(report(d), file=out, flush=True)
+                        return 1
+            n += 1
+            if polls is not None and n >= polls:
+                return code
+            sleep(interval)
+    except KeyboardInterrupt:
+        return code
 
 
 def cmd_diagnose(args) -> int:
+    if args.watch is not None:
+        try:
+            return watch(args.run, args.watch, polls=args.watch_polls)
+        except ConfigError as e:
+            print(f"rl-lab diagnose: {e}", file=sys.stderr)
+            return 2
     try:
         df = load_run(args.run)
         d = diagnose(df)

@@ -169,3 +169,40 @@ def test_shipped_map_runs_whose_cause_is_known():
         d = diagnose(df)
         assert (d.verdict, d.cause) == ("collapsed", cause), report(d)
     assert K3_WARN == 1e-2      # the pre-registered constant (research/diagnose/NOTES.md)
+
+
+def test_watch_follows_a_live_log_and_stops_at_the_collapse(tmp_path):
+    """`--watch` on a flat JSONL that grows between reads: it waits while the file is missing or
+    too short, prints a line when the verdict changes (healthy -> collapsed), and returns 1 with the
+    full report at the collapse; a run that stays healthy returns 0 after its reads."""
+    import io
+
+    from rl_lab.diagnose import watch
+    df = run(k3=0.05, fall=120)
+    path = tmp_path / "live.jsonl"
+    chunks = iter([0, 60, 100, 130, 200])          # rows written before each read
+
+    def write_more(_seconds):
+        rows = next(chunks)
+        with open(path, "w") as f:
+            for record in df.iloc[:rows].to_dict("records"):
+                f.write(json.dumps(record) + "\n")
+            f.write('{"step": ')                    # a torn last line, as a live logger leaves it
+
+    out = io.StringIO()
+    code = watch(path, interval=1, polls=10, out=out, sleep=write_more)
+    text = out.getvalue()
+    assert code == 1, text
+    assert "[watch] waiting" in text                  # no file yet, then too few rows
+    verdicts = [line for line in text.splitlines() if line.startswith("[watch] step")]
+    assert len(verdicts) >= 2 and "COLLAPSED" in verdicts[-1] and "COLLAPSED" not in verdicts[0]
+    assert "verdict: COLLAPSED" in text               # the full report at the end
+
+    healthy = tmp_path / "healthy.jsonl"
+    healthy.write_text("".join(json.dumps(r) + "\n" for r in run(k3=1e-4).to_dict("records")))
+    out = io.StringIO()
+    assert watch(healthy, interval=1, polls=3, out=out, sleep=lambda s: None) == 0
+    assert out.getvalue().count("[watch] step") == 1  # the verdict did not change: one line
+    with pytest.raises(ConfigError, match="positive"):
+        watch(healthy, interval=0)
+    assert main(["diagnose", str(healthy), "--watch", "0.01", "--watch-polls", "2"]) == 0
