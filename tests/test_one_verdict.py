@@ -1,6 +1,12 @@
-"""One question, one verdict across the book (issue 36): where "When speed kills stability"'s map
-gives a verdict, no other page may state the opposite.  Each entry names the question, the map's
-verdict, and phrasings that contradict it; the test fails when a page uses one of them."""
+"""One question, one verdict across the book (issue 36): where the stability map gives this book's
+answer, no chapter or lab may state the opposite as the book's own.
+
+Each rule is a phrase that would contradict the map, with the map's verdict.  A sentence that
+matches passes only if it attributes the claim to a source or states it negatively (the post, the
+series, a paper; "not", "no", "never", ...): quoting the post's finding next to the book's is how
+the chapters are meant to read."""
+from __future__ import annotations
+
 import re
 from pathlib import Path
 
@@ -8,41 +14,38 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted((ROOT / "book").glob("*.md")) + sorted((ROOT / "labs").glob("*.md"))
-
-CONTRADICTIONS = [
-    ("which correction holds under staleness",
-     "only bypass PPO-clip held at four stale steps; rejection and weights only at milder staleness",
-     [r"turn on rejection before weights", r"decoupled mode (is|as) the natural choice under asynchron",
-      r"natural choice under asynchrony"]),
-    ("do the monitors warn before a collapse",
-     "k3 is a level from the first steps, not a precursor; the gradient norm never warned",
-     [r"(watch|monitor)[^.]{0,200}\btogether\b[^.]{0,40}\.\s*The post[^.]*rise before",
-      r"k3[^.]{0,60}\b(rises|rose) before the (reward|collapse|fall)[^.]{0,40}(here|in this book|on the map)"]),
-    ("does a method separate from the others in reward under stationary noise",
-     "no reward difference is resolved under the lab's stationary noise, but staleness separates them",
-     [r"no reward difference between methods is\s+resolved\.?\s*$"]),
+ATTRIBUTED = re.compile(r"\b(not|no|never|none|nothing|neither|nor|post|posts|series|paper|papers|Liu|Li et al|"
+                        r"reported|reports|saw|sources?|third-party|whether|if|would|criterion|tested|claims?|"
+                        r"quoted|argues?|suggests?|predicts?|hypothesis)\b", re.I)
+# (phrase, the map's verdict: research/stability_map and book/ch_when_speed_kills.md)
+RULES = [
+    (r"\bearly warning\b|\brises? before (the )?(reward|collapse|fall)",
+     "no monitor warned early on the map: k3 is a level, readable from the first steps"),
+    (r"decoupled[^.]*\bnatural choice\b",
+     "at four steps of staleness only bypass PPO-clip held; decoupled corrections did not"),
+    (r"\brejection\b[^.]*\bbefore\b[^.]*\bweights?\b",
+     "Seq-MIS (a rejection mask) collapsed every seed at four steps of staleness"),
+    (r"\bSeq-MIS\b[^.]*\b(best|wins|the fix)\b",
+     "the map's best correction was bypass PPO-clip; the post's one-sided Seq-MIS was a null"),
 ]
 
 
-def compiled(pattern: str) -> re.Pattern:
-    """Spaces in a phrasing match any run of white space (the pages wrap their lines)."""
-    return re.compile(pattern.replace(" ", r"\s+"), re.I | re.M | re.S)
+def sentences(text: str) -> list[str]:
+    text = re.sub(r"```\{code-cell\}.*?```", " ", text, flags=re.S)      # prose only
+    return re.split(r"(?<=[.!?])\s+", re.sub(r"\s+", " ", text))
 
 
-def pages_with(pattern: str) -> list[str]:
-    rx = compiled(pattern)
-    return [p.relative_to(ROOT).as_posix() for p in PAGES if rx.search(p.read_text(encoding="utf-8"))]
+@pytest.mark.parametrize("page", PAGES, ids=[f"{p.parent.name}/{p.stem}" for p in PAGES])
+def test_no_page_contradicts_the_maps_verdicts(page):
+    found = [f"{page.relative_to(ROOT)}: {s.strip()[:160]!r} contradicts: {verdict}"
+             for s in sentences(page.read_text(encoding="utf-8"))
+             for pattern, verdict in RULES
+             if re.search(pattern, s, flags=re.I) and not ATTRIBUTED.search(s)]
+    assert not found, "\n".join(found)
 
 
-@pytest.mark.parametrize("question, verdict, phrasings", CONTRADICTIONS, ids=[c[0] for c in CONTRADICTIONS])
-def test_no_page_contradicts_the_maps_verdict(question, verdict, phrasings):
-    offenders = {pattern: pages_with(pattern) for pattern in phrasings}
-    offenders = {k: v for k, v in offenders.items() if v}
-    assert not offenders, f"{question}: the map says {verdict!r}, but these pages say otherwise: {offenders}"
-
-
-def test_the_check_can_fail(tmp_path):
-    assert compiled(CONTRADICTIONS[0][2][0]).search("Watch the KL. Turn on\n  rejection before weights.")
-    assert compiled(CONTRADICTIONS[1][2][0]).search(
-        "What to watch**: the mismatch KL, the trainer's perplexity of the sampled text, and the\n  gradient "
-        "norm, together. The post this book follows saw them rise before the reward fell")
+def test_the_rules_catch_a_contradiction_and_let_attributed_claims_pass():
+    bad = "Watch k3: it is an early warning of the collapse."
+    good = ["The post saw k3 rise before the reward fell.", "No monitor is an early warning here."]
+    hit = lambda s: any(re.search(p, s, flags=re.I) for p, _ in RULES) and not ATTRIBUTED.search(s)  # noqa: E731
+    assert hit(bad) and not any(hit(s) for s in good)
