@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # `make test` and `make test-fast` run TEST_JOBS pytest processes side by side (pytest-xdist, one
 # torch thread each, groups in tests/conftest.py): one per CPU, at most 4.  TEST_JOBS=1: plain pytest.
 TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
-XDIST = $(if $(filter 1,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadgroup)
+XDIST = $(if $(filter 1,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist load)
 PIP := $(PY) -m pip
 # Extra arguments for the torch install (e.g. a CPU-only index on a laptop).
 TORCH_PIP_ARGS ?=

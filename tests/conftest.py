@@ -19,14 +19,38 @@ if XDIST_WORKER:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 TEST_THREADS = 1 if XDIST_WORKER else 2
 
-# The tests of one group run in one xdist process (`--dist loadgroup`), so that what they share is
-# built once: the warm start rebuilt from its recipe, a vLLM engine, the golden runs' fixtures.
+# Under xdist the tests of one group run in one process, so that what they share is built once:
+# the warm start rebuilt from its recipe, a vLLM engine, the golden runs' fixtures; a lab under
+# nbval is one group too (its cells share one kernel and run in order).  Other tests are balanced
+# one by one.  (xdist's own `--dist loadgroup` marks do not group under pytest 9: it renames the
+# test ids, which pytest 9 no longer allows, so conftest gives xdist a scheduler instead.)
 XDIST_GROUPS = {
     "test_learning": "rebuilt_warm_start", "test_warmstart": "rebuilt_warm_start",
     "test_vllm_engine": "vllm", "test_vllm_episodes": "vllm",
     "test_golden_methods": "golden_methods", "test_compare": "compare", "test_lora": "lora",
     "test_sweep": "sweep", "test_verl_export": "verl_export", "test_environment": "environment",
 }
+
+
+def xdist_scope(nodeid: str) -> str:
+    """The unit xdist hands to one process: a group, a notebook, or the test itself."""
+    path = nodeid.split("::", 1)[0]
+    if path.endswith(".ipynb"):
+        return path
+    return XDIST_GROUPS.get(Path(path).stem, nodeid)
+
+
+try:
+    from xdist.scheduler import LoadScopeScheduling
+except ImportError:          # plain pytest: nothing to schedule
+    pass
+else:
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_scope(nodeid)
+
+    def pytest_xdist_make_scheduler(config, log):
+        return GroupScheduling(config, log) if config.getvalue("dist") in ("load", "loadgroup") else None
 
 
 @pytest.fixture(scope="session")
@@ -115,19 +139,11 @@ def chromium() -> str:
 def pytest_runtest_logreport(report):
     path = os.environ.get("RL_LAB_FAST_TIER_RECORD")
     if path and not XDIST_WORKER and report.when == "call" and report.passed:   # the controller writes
-        nodeid = re.sub(r"@(" + "|".join(set(XDIST_GROUPS.values())) + r"|nbval_\w+)$", "", report.nodeid)
         with open(path, "a") as f:
-            f.write(nodeid + "\n")
+            f.write(report.nodeid + "\n")
 
 
-@pytest.hookimpl(tryfirst=True)   # before xdist reads the groups and appends "@group" to the ids
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        path = Path(str(item.path))
-        # a lab under nbval is one kernel: its cells must run in order, in one process
-        group = f"nbval_{path.stem}" if path.suffix == ".ipynb" else XDIST_GROUPS.get(path.stem)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
     path = os.environ.get("RL_LAB_FAST_TIER_PASSED")
     if not path:
         return
