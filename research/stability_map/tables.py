@@ -359,6 +359,19 @@ def post_miniature():
     return runs, a, a_tests, mod.question_b(runs)
 
 
+def post_miniature_follow_up():
+    """The follow-up of research/post_miniature/NOTES.md ("Follow-up", fixed before its runs):
+    (question (b) and growth for the 2000-step bf16 samplers against the control, their own Holm
+    family; question (a) per cell for vLLM bf16; its OOD-vs-plain test), or None before its runs."""
+    mod = load(RESEARCH / "post_miniature/summarize.py")
+    runs = mod.runs()
+    done = [spec for spec in mod.FOLLOW_UP if spec in set(runs["spec"])]
+    if not done:
+        return None
+    a, a_tests = mod.question_a(runs, tuple(spec for spec in done if spec == "vllm_bf16"))
+    return mod.question_b(runs, ("control", *done)), a, a_tests
+
+
 def miniature_a_table(a: pd.DataFrame, tests: pd.DataFrame) -> pd.DataFrame:
     """Question (a): |log pi - log mu| right after a tool output over elsewhere, steps 1-100."""
     test = tests.set_index("sampler")
