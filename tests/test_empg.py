@@ -84,10 +84,7 @@ def test_empg_config_is_validated():
 
 
 def test_a_trainer_step_with_empg_modulates_per_turn():
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).parent))
-    from test_episodes import scripted_batch, step_on
+    from helpers import scripted_batch, step_on
     batch, _ = scripted_batch()                             # episodes of 1 to 3 turns, with tool outputs
     plain = step_on(batch, [], max_completion_length=40)
     empg = step_on(batch, [], max_completion_length=40, empg=True)

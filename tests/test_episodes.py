@@ -12,42 +12,10 @@ from rl_lab import RLConfig, Trainer
 from rl_lab.agents import ScriptedEngine, ToolEnvironment, ToolResult, script_token_ids
 from rl_lab.agents.registry import TOOLS
 from rl_lab.config import ConfigError, SamplingConfig
-from rl_lab.engines.rollout import HFEngine
 from rl_lab.models import build_model
-from rl_lab.trainer import TIMING_KEYS
+from rl_lab.trainer import TIMING_KEYS  # noqa: F401
 
-# the character tokenizer has no '<': a call is "(2*3)", its answer "=6|"
-CHARS = ToolEnvironment(max_turns=3, call_open="(", call_close=")", output_open="=", output_close="|")
-SMALL = dict(model="0.3M", prompts_per_step=2, num_generations=2, max_completion_length=16,
-             progress_bar=False, learning_rate=1e-3)
-
-
-def distinct_characters(completions, **kw):
-    """A reward with spread, so the advantages and the gradient are not zero."""
-    return [float(len(set(c))) for c in completions]
-
-
-def strip_timing(rows):
-    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows]
-
-
-class FixedEngine(HFEngine):
-    """Returns the same batch at every step (to compare steps on batches that differ in one token)."""
-
-    def __init__(self, model, tokenizer, batch):
-        super().__init__(model, tokenizer)
-        self.batch = batch
-
-    def generate(self, *args, **kwargs):
-        return copy.deepcopy(self.batch)
-
-
-def scripted_batch(env=CHARS, scripts=("(2*3)|6", "7", "(1/0)|x", "(9)|(8)|5"), length=40):
-    model, tok = build_model("0.3M", seed=0)
-    engine = ScriptedEngine(model, tok, list(scripts), env)
-    return engine.generate(["1+1=", "2+2="], 2, SamplingConfig(max_completion_length=length), torch.Generator(),
-                           environment=env), tok
-
+from helpers import CHARS, SMALL, FixedEngine, distinct_characters, scripted_batch, step_on, strip_timing  # noqa: F401
 
 def test_an_episode_alternates_model_and_tool_turns():
     batch, tok = scripted_batch()
@@ -100,15 +68,6 @@ def test_max_turns_one_is_the_single_turn_trainer_bit_for_bit():
     assert [{k: v for k, v in r.items() if k not in extra} for r in one_turn] == plain
     assert all(r["tools/calls"] == 0 and r["turns/mean"] == 1.0 for r in one_turn)
     assert plain[0]["grad_norm"] > 0 and plain[0]["kl"] >= 0     # a real update, not a vacuous comparison
-
-
-def step_on(batch, capture, **cfg):
-    """One trainer step on a fixed batch, from the same initial weights; `capture` gets the
-    trainer's (B, T) log pi, with its gradient kept."""
-    model, tok = build_model("0.3M", seed=0)
-    trainer = Trainer(RLConfig(**{**SMALL, **cfg}, max_steps=1, seed=0), model=model, tokenizer=tok,
-                      engine=FixedEngine(model, tok, batch), reward_funcs=[distinct_characters])
-    return trainer.step()
 
 
 def test_an_environment_token_conditions_what_follows_but_adds_nothing_to_the_loss(monkeypatch):

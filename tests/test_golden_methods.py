@@ -9,13 +9,10 @@ test checks only that every case runs and logs the same metric names.
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import golden_methods  # noqa: E402
+import golden_methods
 
 RECORDINGS = golden_methods.recordings()
 

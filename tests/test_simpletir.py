@@ -2,9 +2,7 @@
 the group statistics, and the measurements the source claims (low-probability tokens right after
 tool outputs, their logit gradient norm) on hand-built batches."""
 import math
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,8 +14,7 @@ from rl_lab.algos.simpletir import (after_tool_output, drop_void_trajectories, l
                                     tool_conditioned_token_stats)
 from rl_lab.config import ConfigError
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_episodes import CHARS, scripted_batch, step_on  # noqa: E402
+from helpers import CHARS, scripted_batch, step_on
 
 
 def test_a_void_row_leaves_the_loss_and_the_group_statistics():

@@ -91,11 +91,9 @@ def test_trloo_is_a_configurable_estimator():
 
 
 def test_a_trainer_step_with_trloo_reads_the_tasks_per_turn_rewards():
-    import sys
     from dataclasses import dataclass
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).parent))
-    from test_episodes import FixedEngine, SMALL, scripted_batch, step_on
+
+    from helpers import SMALL, FixedEngine, scripted_batch, step_on
     from rl_lab import Trainer
     from rl_lab.models import build_model
     from rl_lab.tasks import Addition

@@ -214,3 +214,13 @@ def test_the_tool_task_runs_on_vllm_from_the_config():
     rows = trainer.train().to_dict("records")
     assert len(rows) == 2 and all(r["tools/calls"] > 0 and np.isfinite(r["loss"]) for r in rows)
     assert 0 < rows[-1]["eval/reward"] <= 1                 # greedy episodes on vLLM, scored by the task
+    # 256 seeded multi-turn requests: their second turns hold more tokens than vLLM's scheduler
+    # takes in one step (4096 here), so one call would chunk the prefill and rewind the requests'
+    # CPU generators, which crashed ("CPU Generator does not use offset"); the engine splits them
+    # into groups that fit
+    many = [e["prompt"] for e in trainer.task.make_dataset(256, seed=6)]
+    sampled = SamplingConfig(max_completion_length=24)
+    big = trainer.engine.generate(many, 1, sampled, torch.Generator().manual_seed(1), environment=trainer.environment)
+    assert len(big.completions) == 256 and big.episode_metrics["tools/calls"] > 100   # second turns ran
+    again = trainer.engine.generate(many, 1, sampled, torch.Generator().manual_seed(1), environment=trainer.environment)
+    assert again.completions == big.completions            # the groups are reproducible, seed for seed

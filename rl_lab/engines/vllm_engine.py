@@ -173,6 +173,12 @@ class VLLMEngine:
         max_completion_length), stopping at <eos> and, if given, at the `call_stop` id (the last
         token of a tool call's closing delimiter), which is kept in the output as <eos> is."""
         from vllm import SamplingParams
+        if sampling.top_k == 1 or sampling.temperature == 0:
+            # greedy needs no seed, and a seeded request gets a torch generator of its own, which
+            # vLLM rewinds when it splits a long batch's prefill into chunks; a CPU generator has
+            # no offset to rewind ("CPU Generator does not use offset": a 256-prompt greedy
+            # evaluation of multi-turn episodes crashed there)
+            seed = None
         return SamplingParams(
             n=n, max_tokens=sampling.max_completion_length if max_tokens is None else max_tokens,
             temperature=sampling.temperature,
@@ -213,8 +219,7 @@ class VLLMEngine:
         # one independent, reproducible seed per prompt, drawn from the caller's generator
         params = [self.sampling_params(n, sampling, s, call_stop=call_stop)
                   for s in self._seeds(len(prompts), generator)]
-        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompt_rows], params,
-                                    use_tqdm=False)
+        outputs = self._generate([TokensPrompt(prompt_token_ids=p) for p in prompt_rows], params)
         first = [_sampled(c) for out in outputs for c in out.outputs]       # prompt order, n each
         T = sampling.max_completion_length
         if episodes is None:
@@ -223,6 +228,25 @@ class VLLMEngine:
             rows = self._episodes(episodes, [p for p in prompt_rows for _ in range(n)], first, sampling,
                                   generator)
         return self._batch(prompts, n, ids, am, rows, T, episodes)
+
+    def _generate(self, requests: list, params: list) -> list:
+        """`llm.generate`, in groups whose prompts fit the scheduler's token budget on a CPU.  A
+        seeded request has a torch generator of its own, which vLLM rewinds when it splits a
+        batch's prefill into chunks, and a CPU generator has no offset to rewind ("CPU Generator
+        does not use offset"): 256 seeded multi-turn requests crashed there.  Each request keeps
+        its own seed, so the groups sample exactly what one call would."""
+        if torch.cuda.is_available():
+            return self.llm.generate(requests, params, use_tqdm=False)
+        budget = self.llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens
+        outputs, start = [], 0
+        while start < len(requests):
+            end, tokens = start, 0
+            while end < len(requests) and (end == start or tokens + len(requests[end]["prompt_token_ids"]) <= budget):
+                tokens += len(requests[end]["prompt_token_ids"])
+                end += 1
+            outputs += self.llm.generate(requests[start:end], params[start:end], use_tqdm=False)
+            start = end
+        return outputs
 
     @staticmethod
     def _seeds(count: int, generator: torch.Generator | None) -> list[int]:
@@ -265,7 +289,7 @@ class VLLMEngine:
                                            call_stop=episodes.close_last if call else None)
                       for b, seed, call in zip(again, self._seeds(len(again), generator), could_call)]
             requests = [TokensPrompt(prompt_token_ids=contexts[b] + rows[b][0]) for b in again]
-            outputs = [_sampled(out.outputs[0]) for out in self.llm.generate(requests, params, use_tqdm=False)]
+            outputs = [_sampled(out.outputs[0]) for out in self._generate(requests, params)]
             active = again
         return rows
 
