@@ -6,6 +6,7 @@ sure the book is, and which verl 0.9.1 overrides to try.
     rl-lab diagnose wandb_export.csv --json     # a W&B CSV export or flat JSONL; JSON on stdout
     rl-lab diagnose RUN --plot diagnosis.png    # the annotated figure
     rl-lab diagnose RUN --watch                 # follow a live run: a line whenever the verdict changes
+    rl-lab diagnose RUN --config config.yaml    # also read verl's Hydra config (or an overrides file)
 
 Exit codes: 0 healthy, 1 collapsed, 3 a warning (not collapsed, but a monitor says the setup is at
 risk), 2 unreadable input.  With `--watch` the command re-reads the run every few seconds, prints a
@@ -156,6 +157,94 @@ def _verl_frame(p: Path):
     return _frame(rows, f"verl log {p.name}")
 
 
+# ----------------------------------------------------------------------------------- verl's config
+_A, _R, _C = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "algorithm.rollout_correction"
+
+
+def read_verl_setup(path) -> dict:
+    """What the diagnosis needs from a verl run's configuration: Hydra's saved `config.yaml`
+    (nested), or a file of `key=value` overrides / flat dotted keys.  Missing keys get verl
+    0.9.1's defaults where the rules need one.  Raises ConfigError if nothing readable is found."""
+    import yaml
+    from rl_lab.integrations.verl import flatten
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"--config {p}: no such file (pass verl's Hydra config.yaml or an overrides file)")
+    text = p.read_text(errors="replace")
+    flat: dict = {}
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError:
+        loaded = None
+    if isinstance(loaded, dict):
+        flat = flatten(loaded)
+    else:                                           # key=value lines (a command line's overrides)
+        for word in text.replace("\\\n", " ").split():
+            if "=" in word and not word.startswith("-"):
+                key, value = word.split("=", 1)
+                flat[key.lstrip("+")] = yaml.safe_load(value) if value else None
+    if not any(k.startswith(("actor_rollout_ref.", "algorithm.", "data.")) for k in flat):
+        raise ConfigError(f"--config {p}: no verl keys (actor_rollout_ref.*, algorithm.*, data.*) found")
+
+    def get(key, default=None):
+        value = flat.get(key, default)
+        return default if value is None else value
+    batch, mini = get("data.train_batch_size"), get(f"{_A}.ppo_mini_batch_size")
+    epochs = get(f"{_A}.ppo_epochs", 1)
+    steps = int(batch // mini * epochs) if batch and mini else None
+    return {"optimizer_steps_per_batch": steps, "train_batch_size": batch, "ppo_mini_batch_size": mini,
+            "ppo_epochs": epochs, "lr": get(f"{_A}.optim.lr"), "rollout_dtype": get(f"{_R}.dtype", "bfloat16"),
+            "temperature": float(get(f"{_R}.temperature", 1.0)), "top_p": float(get(f"{_R}.top_p", 1.0)),
+            "top_k": int(get(f"{_R}.top_k", -1)), "rollout_is": get(f"{_C}.rollout_is"),
+            "rollout_rs": get(f"{_C}.rollout_rs"), "rollout_rs_threshold": get(f"{_C}.rollout_rs_threshold"),
+            "bypass_mode": bool(get(f"{_C}.bypass_mode", False)), "source": str(p)}
+
+
+def setup_findings(setup: dict) -> list:
+    """Findings about the configuration itself, each with its evidence (module docstring)."""
+    out = []
+    k = setup.get("optimizer_steps_per_batch")
+    if k and k > 1:
+        out.append(Finding(
+            "several optimizer steps per batch",
+            f"train_batch_size / ppo_mini_batch_size x ppo_epochs = {setup['train_batch_size']} / "
+            f"{setup['ppo_mini_batch_size']} x {setup['ppo_epochs']} = {k}: from the second step on, the "
+            f"data is up to {k - 1} optimizer step(s) older than the policy",
+            "the stability map: a sampler 2-4 steps stale collapsed runs at a learning rate a fresh one "
+            "survived, and bypass PPO-clip held (book/ch_when_speed_kills.md)",
+            "medium: measured on a 0.3M model on a CPU; the mechanism (stale data) is the same at scale"))
+    if setup.get("bypass_mode") and setup.get("rollout_is"):
+        out.append(Finding(
+            "weights computed, never applied",
+            f"bypass_mode=true with rollout_is={setup['rollout_is']!r}",
+            "verl 0.9.1: bypass PPO-clip computes the IS weights for its metrics and never applies "
+            "them; the clip against the sampler is the correction (book/ch05_rollout_correction.md, "
+            "surprise (d))", "high: read from verl's code"))
+    tempered = setup.get("temperature", 1.0) != 1.0
+    truncated = setup.get("top_p", 1.0) < 1.0 or setup.get("top_k", -1) > 0
+    if tempered or truncated:
+        out.append(Finding(
+            "a tempered or truncated sampler",
+            f"temperature={setup['temperature']:g}, top_p={setup['top_p']:g}, top_k={setup['top_k']}",
+            "k3 reads low under top-p/top-k by the mass the sampler cuts off (book/ch05, surprise (b)); "
+            "a temperature the trainer does not apply to its own log-probs gives ratios far from 1 "
+            "from step 1 (check that the actor scores at the same temperature)",
+            "high for the estimator's bias; check your trainer for the temperature"))
+    rs, th = setup.get("rollout_rs"), setup.get("rollout_rs_threshold")
+    if rs and th:
+        for option, band in zip(str(rs).split(","), str(th).split(",")):
+            if option.strip().endswith("_k1") and "_" in band:
+                lo, hi = (float(x) for x in band.split("_"))
+                if abs(lo * hi - 1) > 1e-6:
+                    out.append(Finding(
+                        "a k1 rejection band that is not reciprocal",
+                        f"{option.strip()} with threshold {band!r}: verl keeps ratios in "
+                        f"[{1 / hi:.3g}, {1 / lo:.3g}], not [{lo:g}, {hi:g}]",
+                        "verl 0.9.1's k1 statistic is -log(rho), so its band is mirrored "
+                        "(book/ch04_masking_trust_regions.md)", "high: read from verl's code"))
+    return out
+
+
 # ----------------------------------------------------------------------------------- analysis
 @dataclass
 class Finding:
@@ -183,6 +272,7 @@ class Diagnosis:
     findings: list = field(default_factory=list)
     overrides: list = field(default_factory=list)
     missing: list = field(default_factory=list)     # expected columns the input lacks
+    setup: dict = field(default_factory=dict)       # what --config read from verl's configuration
 
     @property
     def exit_code(self) -> int:
@@ -220,15 +310,17 @@ def rise_step(values: np.ndarray, steps: np.ndarray, level: float, floor: float 
     return int(steps[hit[0] + WINDOW - 1]) if len(hit) else None
 
 
-def diagnose(df) -> Diagnosis:
-    """Apply the rules of the module docstring to a run's metrics (a DataFrame with `step`)."""
+def diagnose(df, setup: dict | None = None) -> Diagnosis:
+    """Apply the rules of the module docstring to a run's metrics (a DataFrame with `step`); with
+    `setup` (read_verl_setup) also the findings about verl's configuration."""
     if "reward" not in df.columns or _finite(df, "reward") is None:
         raise ConfigError("no reward column: expected rl_lab's `reward`, verl's `critic/score/mean` or "
                           "`critic/rewards/mean`; without a reward there is no collapse to diagnose")
     steps = df["step"].to_numpy()
     missing = [c for c in (K3, "grad_norm", "entropy", "rollout_corr/training_ppl") if _finite(df, c) is None]
     d = Diagnosis(verdict="healthy", cause=None, steps=len(df), source=df.attrs.get("source", ""),
-                  missing=missing)
+                  missing=missing, setup=dict(setup or {}))
+    d.findings += setup_findings(setup or {})
     col = detect_collapse(df["reward"].to_numpy(dtype=float), steps=steps)
     if col["collapsed"]:
         d.verdict = "collapsed"
@@ -419,6 +511,9 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--json", action="store_true", help="print the diagnosis as JSON instead of the report")
     ap.add_argument("--out", help="also write the diagnosis as JSON to this file (e.g. diagnosis.json)")
     ap.add_argument("--plot", help="write the annotated figure to this PNG")
+    ap.add_argument("--config", help="verl's Hydra config (config.yaml) or an overrides file: adds findings "
+                                      "about the setup (optimizer steps per batch, bypass with IS weights, "
+                                      "temperature/top-p, a mirrored k1 band)")
     ap.add_argument("--watch", nargs="?", const=30.0, type=float, metavar="SECONDS",
                     help="follow a live run: re-read it every SECONDS (default 30), print a line whenever the "
                          "verdict changes, stop with the full report at a collapse")
@@ -431,7 +526,8 @@ def _run_size(path: Path) -> int:
     return p.stat().st_size if p.exists() else -1
 
 
-def watch(path, interval: float = 30.0, polls: int | None = None, out=None, sleep=None) -> int:
+def watch(path, interval: float = 30.0, polls: int | None = None, out=None, sleep=None,
+          setup: dict | None = None) -> int:
     """Follow a run that is still being written: re-diagnose whenever it has grown, print one line
     when the verdict or its cause changes, and return 1 with the full report at a collapse.  Returns
     the last verdict's exit code on Ctrl-C or after `polls` reads (2 if it was never readable)."""
@@ -446,7 +542,7 @@ def watch(path, interval: float = 30.0, polls: int | None = None, out=None, slee
             if size != last_size:
                 last_size = size
                 try:
-                    d = diagnose(load_run(path))
+                    d = diagnose(load_run(path), setup)
                 except ConfigError as e:       # not written yet, or too short: say it once and wait
                     if str(e) != last_error:
                         print(f"[watch] waiting: {e}", file=out, flush=True)
@@ -472,13 +568,15 @@ def watch(path, interval: float = 30.0, polls: int | None = None, out=None, slee
 def cmd_diagnose(args) -> int:
     if args.watch is not None:
         try:
-            return watch(args.run, args.watch, polls=args.watch_polls)
+            setup = read_verl_setup(args.config) if args.config else None
+            return watch(args.run, args.watch, polls=args.watch_polls, setup=setup)
         except ConfigError as e:
             print(f"rl-lab diagnose: {e}", file=sys.stderr)
             return 2
     try:
+        setup = read_verl_setup(args.config) if args.config else None
         df = load_run(args.run)
-        d = diagnose(df)
+        d = diagnose(df, setup)
     except ConfigError as e:
         print(f"rl-lab diagnose: {e}", file=sys.stderr)
         return 2

@@ -206,3 +206,39 @@ def test_watch_follows_a_live_log_and_stops_at_the_collapse(tmp_path):
     with pytest.raises(ConfigError, match="positive"):
         watch(healthy, interval=0)
     assert main(["diagnose", str(healthy), "--watch", "0.01", "--watch-polls", "2"]) == 0
+
+
+def test_verl_config_adds_setup_findings(tmp_path, capsys):
+    """--config reads verl's Hydra config.yaml (nested) or a file of overrides: several optimizer
+    steps per batch, bypass with IS weights, a tempered/truncated sampler and a mirrored k1 band
+    each give a finding with its evidence; a plain config gives none; a file with no verl keys is
+    refused with what was expected."""
+    from rl_lab.diagnose import read_verl_setup, setup_findings
+    nested = tmp_path / "config.yaml"
+    nested.write_text(
+        "data: {train_batch_size: 256}\n"
+        "actor_rollout_ref:\n"
+        "  actor: {ppo_mini_batch_size: 64, ppo_epochs: 2, optim: {lr: 1.0e-6}}\n"
+        "  rollout: {temperature: 0.7, top_p: 0.95, dtype: bfloat16}\n"
+        "algorithm:\n"
+        "  rollout_correction: {rollout_is: token, bypass_mode: true, rollout_rs: token_k1,"
+        " rollout_rs_threshold: 0.6_1.6}\n")
+    setup = read_verl_setup(nested)
+    assert setup["optimizer_steps_per_batch"] == 8 and setup["lr"] == 1e-6 and setup["bypass_mode"]
+    rules = [f.rule for f in setup_findings(setup)]
+    assert rules == ["several optimizer steps per batch", "weights computed, never applied",
+                     "a tempered or truncated sampler", "a k1 rejection band that is not reciprocal"]
+    overrides = tmp_path / "overrides.txt"
+    overrides.write_text("python3 -m verl.trainer.main_ppo data.train_batch_size=64 \\\n"
+                         "  actor_rollout_ref.actor.ppo_mini_batch_size=64 actor_rollout_ref.rollout.temperature=1.0\n")
+    plain = read_verl_setup(overrides)
+    assert plain["optimizer_steps_per_batch"] == 1 and setup_findings(plain) == []
+    notverl = tmp_path / "other.yaml"
+    notverl.write_text("model: {lr: 1}\n")
+    with pytest.raises(ConfigError, match="no verl keys"):
+        read_verl_setup(notverl)
+    paths = write_formats(run(k3=1e-4), tmp_path)
+    assert main(["diagnose", str(paths["verl file logger"]), "--config", str(nested), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["setup"]["optimizer_steps_per_batch"] == 8 and len(out["findings"]) >= 4
+    assert main(["diagnose", str(paths["verl file logger"]), "--config", str(tmp_path / "nope.yaml")]) == 2
