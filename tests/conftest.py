@@ -22,8 +22,8 @@ TEST_THREADS = 1 if XDIST_WORKER else 2
 # Under xdist the tests of one group run in one process, so that what they share is built once:
 # the warm start rebuilt from its recipe, a vLLM engine, the golden runs' fixtures; a lab under
 # nbval is one group too (its cells share one kernel and run in order).  Other tests are balanced
-# one by one.  (xdist's own `--dist loadgroup` marks do not group under pytest 9: it renames the
-# test ids, which pytest 9 no longer allows, so conftest gives xdist a scheduler instead.)
+# one by one.  (xdist's own `--dist loadgroup` did not group here, pytest 9.2 with xdist 3.8: the
+# "@group" suffix it appends never reached the test ids, so conftest gives xdist a scheduler.)
 XDIST_GROUPS = {
     "test_learning": "rebuilt_warm_start", "test_warmstart": "rebuilt_warm_start",
     "test_vllm_engine": "vllm", "test_vllm_episodes": "vllm",
