@@ -24,6 +24,7 @@ POLICY_LOSSES = ("reinforce", "ppo_clip")
 LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum",
                   "seq-mean-token-sum-norm")
 SCALE_REWARDS = ("group", "batch", "none")
+EMPG_NORMALIZE = ("sum", "scaled_advantage", "none")
 ADV_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline",
                   "optimal_token_baseline", "trloo")
 ROLLOUT_IS = (None, "token", "sequence")
@@ -220,9 +221,22 @@ class RLConfig(_Validated):
     mask_truncated_completions: bool = False
     """Drop completions that hit max_completion_length without <eos> from the loss."""
     mask_void_turns: bool = False
-    """SimpleTIR's filter (its name): drop every episode with a void turn (neither a tool call nor an
-    answer) from the loss and from the group statistics, counted as filter/void_trajectories.
-    Without an environment the one turn is void when it was cut by the length limit."""
+    """SimpleTIR's filter (its name): drop every episode with a void turn from the loss and from the
+    group statistics, counted as filter/void_trajectories.  A void turn ends with neither a complete
+    tool call nor a final answer: cut by the length limit, or ended early (<eos>) without an answer
+    in the task's answer format.  Without an environment the one turn is void when it was cut by
+    the length limit."""
+    skip_zero_spread_steps: bool = False
+    """No optimizer step when every group's rewards are equal (the policy gradient is then 0, but
+    AdamW's moments would still move the weights); counted as filter/zero_spread_skipped
+    (rl_lab.algos.zero_spread)."""
+    filter_groups: bool = False
+    """DAPO's dynamic sampling (verl's algorithm.filter_groups): draw max_num_gen_batches x
+    prompts_per_step prompts and train on the first prompts_per_step groups whose rewards differ;
+    skip the step when none do (filter/groups_kept, filter/groups_drawn)."""
+    max_num_gen_batches: int = 3
+    """With filter_groups: how many batches of prompts_per_step prompts a step may draw (verl's name;
+    rl_lab draws them in one rollout)."""
     tool_token_stats: bool = False
     """Log SimpleTIR's measurement of a multi-turn batch at every step (tir/...: the share of sampled
     tokens with pi < 0.1 and their logit gradient norm |A| ||e_y - pi||, right after a tool output vs
@@ -230,7 +244,12 @@ class RLConfig(_Validated):
     empg: bool = False
     """EMPG (rl_lab.algos.empg): scale each model turn's advantage by g(H) = exp(-k H~) / batch mean
     (H~: the turn's mean token entropy, min-max normalised over the batch), add empg_zeta times the
-    next turn's clarity exp(-k_f H~_next), then whiten over the batch's tokens."""
+    next turn's clarity exp(-k_f H~_next), and whiten over the batch's tokens as empg_normalize says."""
+    empg_normalize: str = "sum"
+    """Where EMPG's whitening sits (the source's text was not available; both readings): "sum"
+    whitens g A + zeta f (a batch without reward spread still gets a unit-size push from the bonus);
+    "scaled_advantage" whitens g A, then adds zeta f (the bonus keeps its size, at most zeta);
+    "none" whitens nothing."""
     empg_k: float = 1.0
     """EMPG's k: max g / min g <= e^k."""
     empg_k_f: float = 1.0
@@ -356,6 +375,10 @@ class RLConfig(_Validated):
         _check_range(self, "empg_k", lo=0, lo_open=True)
         _check_range(self, "empg_k_f", lo=0)
         _check_range(self, "empg_zeta", lo=0)
+        _check_choice(self, "empg_normalize", EMPG_NORMALIZE)
+        _check_range(self, "max_num_gen_batches", lo=1)
+        if not isinstance(self.max_num_gen_batches, int):
+            raise ConfigError(f"RLConfig.max_num_gen_batches={self.max_num_gen_batches!r} must be an integer (e.g. 3)")
         _check_range(self, "il_coef", lo=0)
         _check_range(self, "teacher_kl_coef", lo=0)
         if self.teacher_kl_coef > 0 and not self.teacher_model:
@@ -381,7 +404,8 @@ class RLConfig(_Validated):
             raise ConfigError("RLConfig.save_steps > 0 needs output_dir (where to write checkpoints)")
 
     INERT = (
-        (("empg_k", "empg_k_f", "empg_zeta"), lambda c: not c.empg, "empg is off"),
+        (("empg_k", "empg_k_f", "empg_zeta", "empg_normalize"), lambda c: not c.empg, "empg is off"),
+        (("max_num_gen_batches",), lambda c: not c.filter_groups, "filter_groups is off"),
         (("teacher_model",), lambda c: c.teacher_kl_coef == 0, "teacher_kl_coef is 0"),
         (("rollout_is_threshold", "rollout_is_batch_normalize"), lambda c: c.rollout_is is None, "rollout_is is None"),
         (("rollout_rs_threshold",), lambda c: c.rollout_rs is None, "rollout_rs is None"),

@@ -369,10 +369,11 @@ class MultiplicationTool(Task):
 
     @property
     def environment(self) -> ToolEnvironment:
-        """The calculator behind "(" ")" for the call and "=" "|" for its output, K = 2 turns."""
+        """The calculator behind "(" ")" for the call and "=" "|" for its output, K = 2 turns; a
+        final answer is a number (digits, perhaps with separators)."""
         kind = GroupedNumberEnvironment if self.tool_output_style == "ood" else ToolEnvironment
         return kind(tool="calculator", max_turns=2, call_open="(", call_close=")",
-                    output_open="=", output_close="|")
+                    output_open="=", output_close="|", answer_pattern=r"-?[\d,]+")
 
     def sample(self, rng):
         a = int(rng.integers(10 ** (self.digits_a - 1) if self.digits_a > 1 else 0, 10 ** self.digits_a))

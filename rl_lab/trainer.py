@@ -233,7 +233,7 @@ class Trainer:
         step only through their hooks (rl_lab.algos.method), in the order of `self.methods`."""
         cfg, t0 = self.config, time.perf_counter()
         # ROLLOUT: G completions for each of N prompts, with the sampler's log-probs (mu)
-        examples = [self.task.sample(self.rng) for _ in range(cfg.prompts_per_step)]
+        examples = [self.task.sample(self.rng) for _ in range(self._rollout_prompts())]
         self.engine.sync_weights(self.model)
         batch: RolloutBatch = self.engine.generate([e["prompt"] for e in examples], cfg.num_generations,
                                                    cfg.sampling(), self.generator,
@@ -277,7 +277,8 @@ class Trainer:
         skipped, grad_norm, loss_value, pg_metrics = 0, float("nan"), float("nan"), {}
         for group in self.optimizer.param_groups:
             group["lr"] = cfg.learning_rate * self._lr_factor(self.global_step)
-        for it in range(cfg.num_iterations):
+        skip = any(self._hook("skip_update", s))                          # zero-spread steps
+        for it in range(0 if skip else cfg.num_iterations):
             if it > 0:
                 s.logp, s.logp_all = self._logprobs(batch)
             s.logp_safe = torch.where(s.mask, s.logp, torch.zeros_like(s.logp))
@@ -305,6 +306,13 @@ class Trainer:
             metrics.update(self.evaluate())
             metrics["time/eval"] = time.perf_counter() - t2
         return metrics
+
+    def _rollout_prompts(self) -> int:
+        """Prompts the step draws: prompts_per_step, unless a method draws more (dynamic sampling)."""
+        n = self.config.prompts_per_step
+        for m in self.methods:
+            n = m.rollout_prompts(n)
+        return n
 
     def _hook(self, name: str, s: StepState) -> list:
         """Call every method's hook `name` on the step's state, in order; the non-None results."""

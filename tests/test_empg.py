@@ -92,3 +92,63 @@ def test_a_trainer_step_with_empg_modulates_per_turn():
     assert 0 < empg["empg/scale_min"] <= 1 <= empg["empg/scale_max"] <= math.e + 1e-9
     assert 0 < empg["empg/bonus_mean"] <= 1
     assert empg["grad_norm"] > 0 and empg["grad_norm"] != plain["grad_norm"]
+
+
+def _zero_reward_batch():
+    """Two-turn episodes (a call turn, an answer turn) whose rewards are all equal: A = 0."""
+    g = torch.Generator().manual_seed(0)
+    B, T = 8, 10
+    turn_ids = torch.tensor([[0] * 6 + [1] * 4] * B)
+    return torch.zeros(B, T), torch.rand(B, T, generator=g) * 2, torch.ones(B, T, dtype=torch.bool), turn_ids
+
+
+def test_without_reward_spread_the_sum_order_pushes_at_full_size():
+    A, H, mask, turns = _zero_reward_batch()
+    out, _ = empg_advantages(A, H, mask, turns, normalize="sum")
+    call, answer = out[turns == 0], out[turns == 1]
+    # the bonus alone, whitened: call turns up, answer turns down, unit variance over the batch
+    assert call.mean() > 0.5 and (answer < -0.5).all()
+    assert abs(out[mask].std().item() - 1) < 1e-4
+
+
+def test_without_reward_spread_the_scaled_advantage_order_leaves_the_bonus_alone():
+    A, H, mask, turns = _zero_reward_batch()
+    out, m = empg_advantages(A, H, mask, turns, zeta=0.1, normalize="scaled_advantage")
+    call, answer = out[turns == 0], out[turns == 1]
+    assert (answer == 0).all()                                   # the last turn has no bonus
+    assert (call >= 0.1 * math.exp(-1) - 1e-7).all() and (call <= 0.1 + 1e-7).all()
+    none, _ = empg_advantages(A, H, mask, turns, zeta=0.1, normalize="none")
+    assert torch.equal(out, none)                                # whitening zeros changes nothing
+
+
+def test_the_two_orders_agree_when_zeta_is_zero_and_differ_otherwise():
+    A, H, mask, turns = _zero_reward_batch()
+    A = torch.randn(A.shape, generator=torch.Generator().manual_seed(1)).sign().expand_as(A).clone()
+    s0, _ = empg_advantages(A, H, mask, turns, zeta=0.0, normalize="sum")
+    a0, _ = empg_advantages(A, H, mask, turns, zeta=0.0, normalize="scaled_advantage")
+    assert torch.allclose(s0, a0, atol=1e-12)
+    s1, _ = empg_advantages(A, H, mask, turns, normalize="sum")
+    a1, _ = empg_advantages(A, H, mask, turns, normalize="scaled_advantage")
+    assert not torch.allclose(s1, a1)
+    with pytest.raises(ValueError, match="normalize"):
+        empg_advantages(A, H, mask, turns, normalize="bonus_first")
+    with pytest.raises(ConfigError, match="empg_normalize"):
+        RLConfig(empg=True, empg_normalize="bonus_first")
+
+
+def test_a_trainer_step_without_reward_spread_updates_only_under_empg():
+    from helpers import SMALL, FixedEngine, scripted_batch
+    from rl_lab import Trainer
+    from rl_lab.models import build_model
+    batch, _ = scripted_batch()
+
+    def step(**cfg):
+        model, tok = build_model("0.3M", seed=0)
+        trainer = Trainer(RLConfig(**{**SMALL, "max_completion_length": 40, **cfg}, max_steps=1, seed=0), model=model,
+                          tokenizer=tok, engine=FixedEngine(model, tok, batch),
+                          reward_funcs=[lambda completions, **kw: [0.0] * len(completions)])
+        return trainer.step()["grad_norm"]
+    assert step() == 0                                           # GRPO: no spread, no gradient
+    full, small = step(empg=True, empg_normalize="sum"), step(empg=True, empg_normalize="scaled_advantage")
+    assert full > 0 and 0 < small < full                         # a reward-free push; far smaller when
+                                                                 # the bonus is added after whitening

@@ -35,6 +35,22 @@ def test_the_episode_bookkeeping_flags_the_row_cut_mid_turn():
     assert batch.episode_metrics["turns/void_fraction"] == 0.5
 
 
+def test_a_turn_ended_early_without_a_call_or_an_answer_is_void():
+    """SimpleTIR's definition: neither a complete tool call nor a final answer.  A premature <eos>
+    (an unfinished call, nothing at all, or text that is not in the answer format) is void too."""
+    digits = replace(CHARS, max_turns=2, answer_pattern=r"-?[\d,]+")
+    scripts = ("(2*3)|6", "(2*3", "", "(1+1)|x")
+    batch, _ = scripted_batch(env=digits, scripts=scripts, length=20)
+    assert batch.has_void_turn.tolist() == [False, True, True, True]
+    assert batch.episode_metrics["turns/void_eos_fraction"] == 0.75
+    assert batch.episode_metrics["turns/void_fraction"] == 0.75
+    anything, _ = scripted_batch(env=replace(CHARS, max_turns=2), scripts=scripts, length=20)
+    assert anything.has_void_turn.tolist() == [False, False, True, False]   # default: any text answers
+    from rl_lab.tasks import get_task
+    env = get_task("multiplication_tool").environment
+    assert env.is_final_answer("9716") and env.is_final_answer(" 9,716") and not env.is_final_answer("(347*2")
+
+
 def test_mask_void_turns_drops_the_void_episode_from_a_trainer_step():
     batch, _ = scripted_batch(scripts=("(2*3)|6", "(1+1)" + "1" * 50, "7", "(9)|5"), length=24)
     assert batch.has_void_turn.tolist() == [False, True, False, False]

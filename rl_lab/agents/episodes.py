@@ -17,11 +17,14 @@ KL terms or the token counts.
 Turns: model turn k (k = 0, 1, ...) is the text the model writes after k tool outputs; the
 environment tokens that answer its call carry turn id k as well.  In the last allowed turn
 (k = max_turns - 1) a call is not executed: the model writes on until <eos> or the length limit,
-so max_turns = 1 is exactly the single-turn case.  A *void* turn (SimpleTIR) is a final turn
-cut by the length limit: it made neither a tool call nor an answer (<eos>).
+so max_turns = 1 is exactly the single-turn case.  A *void* turn (SimpleTIR) yields neither a
+complete tool call nor a final answer: every turn but the last ends in an executed call, so the
+void turn is a last turn that was cut by the length limit, or that ended (<eos>) without a call
+and without text in the answer format (`ToolEnvironment.answer_pattern`): a premature <eos>.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import torch
@@ -39,6 +42,8 @@ class ToolEnvironment:
     call_open/close   the model's call is the text between them, at the end of its turn
     output_open/close wrap the tool's output in the environment's turn
     max_output_chars  the tool output is cut to this many characters before tokenizing
+    answer_pattern    a final answer: a turn ended by <eos> whose text (stripped) matches this
+                      regular expression in full; the default accepts any non-empty text
     """
     tool: str = "calculator"
     max_turns: int = 2
@@ -47,6 +52,7 @@ class ToolEnvironment:
     output_open: str = "<output>"
     output_close: str = "</output>"
     max_output_chars: int = 200
+    answer_pattern: str = r"(?s).*\S.*"
 
     def __post_init__(self):
         if self.max_turns < 1:
@@ -61,6 +67,10 @@ class ToolEnvironment:
         body = turn_text[: len(turn_text) - len(self.call_close)]
         start = body.rfind(self.call_open)
         return None if start < 0 else body[start + len(self.call_open):]
+
+    def is_final_answer(self, turn_text: str) -> bool:
+        """Whether a turn that ended with <eos> wrote a final answer (`answer_pattern`)."""
+        return re.fullmatch(self.answer_pattern, turn_text.strip()) is not None
 
     def observation(self, result: ToolResult) -> str:
         """The text of the environment's turn for one tool result."""
@@ -156,11 +166,25 @@ class Episodes:
 
     def void_rows(self, has_eos: torch.Tensor) -> torch.Tensor:
         """(B,) bool once sampling is over: the rows whose episode has a void turn (SimpleTIR), a
-        turn that ended in neither a tool call nor an answer (<eos>).  Every turn but the last ends
-        in a call, so this is the last turn cut by the length limit."""
+        turn with neither a complete tool call nor a final answer.  Every turn but the last ends in
+        an executed call, so this is the last turn: cut by the length limit (an episode cut while
+        the tool's output was being appended is not void: its last model turn made a call), or
+        ended by <eos> with neither a call nor an answer (`ToolEnvironment.is_final_answer`)."""
+        cut, early = self._void_kinds(has_eos)
+        return torch.tensor([c or e for c, e in zip(cut, early)], dtype=torch.bool, device=has_eos.device)
+
+    def _void_kinds(self, has_eos: torch.Tensor) -> tuple[list[bool], list[bool]]:
+        """Per row: (void by the length limit, void by an early <eos>)."""
         eos = has_eos.cpu().tolist()
-        void = [not eos[b] and not self.ended_with_call[b] for b in range(self.B)]
-        return torch.tensor(void, dtype=torch.bool, device=has_eos.device)
+        cut = [not eos[b] and not self.ended_with_call[b] for b in range(self.B)]
+        early = []
+        for b in range(self.B):
+            if not eos[b]:
+                early.append(False)
+                continue
+            text = self.tokenizer.decode(self.turn_tokens[b], skip_special_tokens=True)
+            early.append(self.env.parse_call(text.strip()) is None and not self.env.is_final_answer(text))
+        return cut, early
 
     def finish(self, T: int, has_eos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict]:
         """(env_mask (B, T) bool, turn_ids (B, T) long, metrics) once sampling is over.  turn_ids
@@ -171,10 +195,11 @@ class Episodes:
             env_mask[b, self.env_positions[b]] = True
             turn_ids[b, : len(self.turn_ids[b])] = torch.tensor(self.turn_ids[b], dtype=torch.long)
         turns = [max(ids) + 1 if ids else 0 for ids in self.turn_ids]
-        void = self.void_rows(has_eos).tolist()
+        cut, early = self._void_kinds(has_eos)
         kinds = [r.kind for r in self.results]
         metrics = {"turns/mean": sum(turns) / max(1, self.B),
-                   "turns/void_fraction": sum(void) / max(1, self.B),
+                   "turns/void_fraction": sum(c or e for c, e in zip(cut, early)) / max(1, self.B),
+                   "turns/void_eos_fraction": sum(early) / max(1, self.B),
                    "tools/calls": len(kinds), "tools/errors": kinds.count("error"),
                    "tools/timeouts": kinds.count("timeout"), "tools/truncated": kinds.count("truncated")}
         return env_mask.to(has_eos.device), turn_ids.to(has_eos.device), metrics

@@ -16,9 +16,10 @@ re-weights each step's outcome advantage by its uncertainty:
   A^_t       g(H_t) A + zeta f(H_{t+1}), then normalised over the batch
 
 The project page's pseudocode gives H~, g and f with defaults k = k_f = 1, zeta = 0.1; it stops
-before the last line, so the combination A^ and the final normalisation follow the reference
-digest's reading of the paper (unverified against the paper's text).  A step with no next step
-(the episode's last) gets no bonus.
+before the last line, so where the final normalisation sits is not known here: RLConfig's
+empg_normalize offers both readings ("sum", the default, whitens the sum; "scaled_advantage"
+whitens g A before the bonus is added).  A step with no next step (the episode's last) gets no
+bonus.
 """
 from __future__ import annotations
 
@@ -78,10 +79,21 @@ def future_clarity_bonus(H_norm: torch.Tensor, exists: torch.Tensor, k_f: float 
 
 def empg_advantages(advantages: torch.Tensor, entropy: torch.Tensor, mask: torch.Tensor,
                     turn_ids: torch.Tensor | None = None, k: float = 1.0, k_f: float = 1.0, zeta: float = 0.1,
-                    normalize: bool = True) -> tuple[torch.Tensor, dict]:
-    """(B, T) advantages and token entropies -> (B, T) EMPG advantages g(H_t) A + zeta f(H_{t+1})
-    per token of step t, whitened over the counted tokens when `normalize`; 0 off the mask.
+                    normalize: bool | str = True) -> tuple[torch.Tensor, dict]:
+    """(B, T) advantages and token entropies -> (B, T) EMPG advantages per token of step t, 0 off
+    the mask, whitened over the counted tokens as `normalize` says:
+
+      "sum" (or True)     whiten(g(H_t) A + zeta f(H_{t+1}))
+      "scaled_advantage"  whiten(g(H_t) A) + zeta f(H_{t+1})
+      "none" (or False)   g(H_t) A + zeta f(H_{t+1})
+
+    The bonus does not depend on the reward.  In a batch without reward spread (A = 0 everywhere)
+    "sum" whitens the bonus alone to unit variance: every turn followed by a clear turn is pushed
+    up, every last turn down, at full size.  "scaled_advantage" leaves a push of at most zeta.
     Also returns metrics: empg/scale_min, empg/scale_max, empg/bonus_mean."""
+    normalize = {True: "sum", False: "none"}.get(normalize, normalize)
+    if normalize not in ("sum", "scaled_advantage", "none"):
+        raise ValueError(f"normalize={normalize!r}: choose 'sum', 'scaled_advantage' or 'none'")
     m = mask.to(torch.bool)
     H, exists = step_entropies(entropy.detach().to(torch.float64), m, turn_ids)         # (B, K)
     Hn = normalized_entropy(H, exists)
@@ -89,9 +101,14 @@ def empg_advantages(advantages: torch.Tensor, entropy: torch.Tensor, mask: torch
     f = future_clarity_bonus(Hn, exists, k_f)                                           # (B, K)
     turns = torch.zeros_like(m, dtype=torch.long) if turn_ids is None else turn_ids.long().clamp(min=0)
     g_tok, f_tok = g.gather(1, turns), f.gather(1, turns)                               # (B, T)
-    out = g_tok * advantages.to(torch.float64) + zeta * f_tok
-    if normalize and int(m.sum()) > 1:
-        out = masked_whiten(out, m)
+    scaled, bonus = g_tok * advantages.to(torch.float64), zeta * f_tok                # (B, T) x2
+    whiten = (lambda x: masked_whiten(x, m)) if int(m.sum()) > 1 else (lambda x: x)
+    if normalize == "sum":
+        out = whiten(scaled + bonus)
+    elif normalize == "scaled_advantage":
+        out = whiten(scaled) + bonus
+    else:
+        out = scaled + bonus
     out = torch.where(m, out, torch.zeros_like(out)).to(advantages.dtype)
     metrics = {"empg/scale_min": g[exists].min().item() if exists.any() else float("nan"),
                "empg/scale_max": g[exists].max().item() if exists.any() else float("nan"),
@@ -114,7 +131,8 @@ class EMPG(Method):
     def advantages(self, s: StepState) -> None:
         cfg = self.config
         s.advantages, s.extra["empg_metrics"] = empg_advantages(s.advantages, s.entropy, s.mask, s.batch.turn_ids,
-                                                                cfg.empg_k, cfg.empg_k_f, cfg.empg_zeta)
+                                                                cfg.empg_k, cfg.empg_k_f, cfg.empg_zeta,
+                                                                cfg.empg_normalize)
 
     def metrics(self, s: StepState) -> dict:
         return s.extra["empg_metrics"]

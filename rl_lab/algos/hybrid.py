@@ -90,7 +90,7 @@ class TeacherKL(Method):
         return self.config.teacher_kl_coef * teacher_kl
 
     def metrics(self, s: StepState) -> dict:
-        return {"teacher_kl": s.extra["teacher_kl"]}
+        return {"teacher_kl": s.extra.get("teacher_kl", float("nan"))}   # NaN: no update this step
 
 
 class Imitation(Method):
@@ -114,4 +114,4 @@ class Imitation(Method):
         return self.config.il_coef * nll
 
     def metrics(self, s: StepState) -> dict:
-        return {"il/nll": s.extra["il/nll"]}
+        return {"il/nll": s.extra.get("il/nll", float("nan"))}

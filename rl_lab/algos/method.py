@@ -4,10 +4,12 @@
 through these hooks, called in the order of `rl_lab.algos.methods.METHODS`:
 
     setup(trainer)      once, when the Trainer is built (frozen models: reference, teacher)
+    rollout_prompts(n)  how many prompts the step draws, given prompts_per_step (dynamic sampling)
     mask_tokens(s)      before the validity checks: drop tokens from s.mask (truncation, DVP)
     filter_rows(s)      after them: drop rows from s.trains (SimpleTIR's void filter)
     advantages(s)       after the advantage estimator: change s.advantages (EMPG)
     prepare(s)          before the update: no-grad inputs (reference / teacher log-probs, demos)
+    skip_update(s)      True: the step takes no optimizer step (zero-spread steps)
     token_loss(s)       per iteration: a (B, T) term added to the per-token loss, or None
     batch_loss(s)       per iteration: a scalar added after aggregation, or None
     metrics(s)          after the update: a dict of metrics
@@ -68,6 +70,9 @@ class Method:
     def setup(self, trainer) -> None:
         pass
 
+    def rollout_prompts(self, n: int) -> int:
+        return n
+
     def mask_tokens(self, s: StepState) -> None:
         pass
 
@@ -79,6 +84,9 @@ class Method:
 
     def prepare(self, s: StepState) -> None:
         pass
+
+    def skip_update(self, s: StepState) -> bool:
+        return False
 
     def token_loss(self, s: StepState):
         return None

@@ -16,11 +16,14 @@ from rl_lab.algos.reference_kl import ReferenceKL
 from rl_lab.algos.simpletir import ToolTokenStats, VoidFilter
 from rl_lab.algos.token_masks import DVP, TruncationMask
 from rl_lab.algos.turn_metrics import TurnRewardMetrics
+from rl_lab.algos.zero_spread import DynamicSampling, ZeroSpreadSkip
 
 METHODS: tuple[type[Method], ...] = (
     TruncationMask,     # mask_tokens: truncated completions leave the objective
     DVP,                # mask_tokens: tokens outside pi's pruned vocabulary leave it
     VoidFilter,         # filter_rows: SimpleTIR's void-turn filter
+    DynamicSampling,    # rollout_prompts, filter_rows, skip_update: DAPO's zero-spread group filter
+    ZeroSpreadSkip,     # skip_update: no optimizer step when no group has reward spread
     EMPG,               # advantages: entropy-modulated per turn
     ReferenceKL,        # token_loss: beta x k3 to the reference policy
     TeacherKL,          # token_loss: KL(pi || teacher), dense (hybrid RL/IL)
