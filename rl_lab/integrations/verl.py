@@ -203,6 +203,11 @@ VERL_FIELD_MAP: tuple[FieldMap, ...] = (
     _refused("empg_k", "EMPG's k (not in verl 0.9.1)", lambda v: v == 1.0),
     _refused("empg_k_f", "EMPG's k_f (not in verl 0.9.1)", lambda v: v == 1.0),
     _refused("empg_zeta", "EMPG's zeta (not in verl 0.9.1)", lambda v: v == 0.1),
+    _refused("empg_normalize", "EMPG's normalisation order (not in verl 0.9.1)", lambda v: v == "sum"),
+    _refused("skip_zero_spread_steps", "verl 0.9.1 always takes the optimizer step", lambda v: v is False),
+    _refused("filter_groups", "verl 0.9.1 filters zero-spread groups (algorithm.filter_groups) only in its v1 "
+             "trainer's replay buffer, which refills evicted groups; the export does not set it", lambda v: v is False),
+    _refused("max_num_gen_batches", "only read with filter_groups (see there)", lambda v: v == 3),
     _refused("il_coef", "verl 0.9.1's actor has no imitation (SFT) term in the RL loss", lambda v: v == 0),
     _refused("teacher_kl_coef", "verl 0.9.1 has no KL to a teacher model (only to its reference)", lambda v: v == 0),
     _refused("teacher_model", "no teacher without teacher_kl_coef (verl 0.9.1 has none)", lambda v: v is None),
