@@ -5,8 +5,9 @@
 
 `--collect` copies runs/tool_methods/<method>/results.csv to results/<method>.csv and every run's
 per-step reward, gradient norm, void-turn share and tool calls to results/steps.csv (the spike rule needs the
-whole series; the runs' folders are not shipped).  Chapter 12 and lab 12 call `table()` and
-`spike_table()`.
+whole series; the runs' folders are not shipped); block 3's the same way, to results/block3_<arm>.csv
+and results/block3_steps.csv.  Chapter 12 and lab 12 call `table()`, `spike_table()`,
+`followup_table()`, `block3_table()` and `block3_mechanisms()`.
 
 Verdict per (method, output style) against plain GRPO of the same style (NOTES.md, fixed before
 the runs): Welch's t over seeds, two-sided p from Student's t with Welch's degrees of freedom,
@@ -178,6 +179,86 @@ def followup_table(folder: Path = RESULTS) -> pd.DataFrame:
     return out
 
 
+# ----------------------------------------------------------------------------- block 3
+BLOCK3 = ("grpo", "skip_zero", "filter_groups", "empg_sum", "empg_scaled", "mask_void", "rl_sft", "teacher_kl")
+"""Block 3's arms (NOTES.md), grpo the control; results/block3_<arm>.csv and results/block3_steps.csv."""
+BLOCK3_LABELS = {"grpo": "GRPO (control)", "skip_zero": "skip zero-spread steps",
+                 "filter_groups": "dynamic sampling (DAPO)", "empg_sum": "EMPG, whiten the sum",
+                 "empg_scaled": "EMPG, whiten g A then add the bonus", "mask_void": "SimpleTIR's void filter",
+                 "rl_sft": "RL + SFT on gold answers", "teacher_kl": "RL + KL to a teacher"}
+BLOCK3_STEPS = {"reward": "reward", "grad_norm": "grad_norm", "void_fraction": "turns/void_fraction",
+                "void_eos_fraction": "turns/void_eos_fraction", "tool_calls": "tools/calls",
+                "frac_zero_std": "frac_reward_zero_std", "zero_spread_skipped": "filter/zero_spread_skipped",
+                "groups_kept": "filter/groups_kept", "teacher_kl": "teacher_kl", "il_nll": "il/nll"}
+ALIVE = 0.5
+"""Beside the verdict: a run is alive when its held-out success ends above this (NOTES.md)."""
+LAST = 5
+"""The void share per run is its mean over the last LAST steps (NOTES.md)."""
+
+
+def block3_runs(folder: Path = RESULTS) -> pd.DataFrame:
+    """One row per block-3 run: arm, seed and the sweep's summary columns."""
+    frames = [pd.read_csv(folder / f"block3_{arm}.csv").assign(arm=arm) for arm in BLOCK3
+              if (folder / f"block3_{arm}.csv").exists()]
+    if not frames:
+        raise FileNotFoundError(f"no block-3 results in {folder}: run research/tool_methods/run_block3.sh, then "
+                                f"summarize.py --collect")
+    return pd.concat(frames, ignore_index=True)
+
+
+def block3_mechanisms(folder: Path = RESULTS) -> pd.DataFrame:
+    """Per run: the mechanism each arm is about (NOTES.md), from results/block3_steps.csv.
+    zero_spread_steps: steps where no group had reward spread (frac_reward_zero_std = 1);
+    grad_on_zero_spread: the mean gradient norm on those steps (NaN where skipped);
+    skipped: steps without an optimizer step (skip_zero: zero_spread_skipped; filter_groups: no
+    group kept); void_last / void_eos_last: the void share over the last LAST steps."""
+    steps = pd.read_csv(folder / "block3_steps.csv")
+    rows = []
+    for run_id, d in steps.groupby("run_id", sort=False):
+        d = d.sort_values("step")
+        zero = d["frac_zero_std"] >= 1
+        skipped = (d["zero_spread_skipped"].fillna(0) > 0) | (d["groups_kept"] == 0)
+        rows.append({"run_id": run_id, "steps": len(d), "zero_spread_steps": int(zero.sum()),
+                     "grad_on_zero_spread": d.loc[zero & ~skipped, "grad_norm"].mean(),
+                     "skipped": int(skipped.sum()),
+                     "void_last": d["void_fraction"].tail(LAST).mean(),
+                     "void_eos_last": d["void_eos_fraction"].tail(LAST).mean(),
+                     "tool_calls_last": d["tool_calls"].tail(LAST).mean(),
+                     "teacher_kl_first": d["teacher_kl"].iloc[0], "teacher_kl_last": d["teacher_kl"].iloc[-1],
+                     "il_nll_first": d["il_nll"].iloc[0], "il_nll_last": d["il_nll"].iloc[-1]})
+    return block3_runs(folder)[["run_id", "arm", "seed", "eval_reward"]].merge(pd.DataFrame(rows), on="run_id")
+
+
+def block3_table(folder: Path = RESULTS) -> pd.DataFrame:
+    """Per arm: seeds, runs alive, mean held-out success, and against GRPO the difference, its 95%
+    interval, the raw and Holm-adjusted p (Welch, two-sided; Holm over the arms) and the verdict;
+    beside them the mean of the mechanism columns of `block3_mechanisms`."""
+    runs, mech = block3_runs(folder), block3_mechanisms(folder)
+    control = runs[runs["arm"] == CONTROL]
+    rows = []
+    for arm in BLOCK3:
+        cell = runs[runs["arm"] == arm]
+        if cell.empty:
+            continue
+        m = mech[mech["arm"] == arm]
+        row = {"arm": arm, "label": BLOCK3_LABELS[arm], "seeds": len(cell),
+               "alive": f"{int((cell['eval_reward'] > ALIVE).sum())}/{len(cell)}",
+               "collapsed": f"{int(cell['collapsed'].astype(bool).sum())}/{len(cell)}",
+               "eval_reward": cell["eval_reward"].mean(),
+               "zero_spread_steps": m["zero_spread_steps"].mean(), "grad_on_zero_spread": m["grad_on_zero_spread"].mean(),
+               "skipped": m["skipped"].mean(), "void_last": m["void_last"].mean(),
+               "void_eos_last": m["void_eos_last"].mean()}
+        if arm != CONTROL and len(control) >= 2 and len(cell) >= 2:
+            w = welch(cell["eval_reward"], control["eval_reward"])
+            row.update({"diff": w["diff"], "ci_lo": w["ci_lo"], "ci_hi": w["ci_hi"], "p": w["p"]})
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    compared = out["arm"] != CONTROL
+    out.loc[compared, "p_holm"] = holm(out.loc[compared, "p"])
+    out["verdict"] = [verdict(d, p) if c else "control" for c, d, p in zip(compared, out.get("diff"), out["p_holm"])]
+    return out
+
+
 def collect(runs: Path = RUNS, folder: Path = RESULTS) -> None:
     """Copy each sweep's results.csv (the main comparison's and the follow-up's) and every run's
     per-step series into `folder`."""
@@ -197,8 +278,26 @@ def collect(runs: Path = RUNS, folder: Path = RESULTS) -> None:
                     if "grad_norm" in m:
                         series.append({"run_id": run_id, "step": m["step"],
                                        **{k: m.get(v, float("nan")) for k, v in STEP_COLUMNS.items()}})
-    pd.DataFrame(series).to_csv(folder / "steps.csv", index=False, float_format="%.6g")
+    if series:            # a machine without the first blocks' runs keeps the shipped series
+        pd.DataFrame(series).to_csv(folder / "steps.csv", index=False, float_format="%.6g")
     print(f"[collect] {len(series)} steps into {folder / 'steps.csv'}")
+    series = []
+    for arm in BLOCK3:
+        src = runs / f"block3_{arm}" / "results.csv"
+        if not src.exists():
+            print(f"[collect] block3_{arm}: no {src} (not run)")
+            continue
+        shutil.copyfile(src, folder / f"block3_{arm}.csv")
+        for run_id in pd.read_csv(src)["run_id"]:
+            with open(runs / f"block3_{arm}" / run_id / "metrics.jsonl") as f:
+                for line in f:
+                    m = json.loads(line)
+                    if "grad_norm" in m:
+                        series.append({"run_id": run_id, "step": m["step"],
+                                       **{k: m.get(v, float("nan")) for k, v in BLOCK3_STEPS.items()}})
+    if series:
+        pd.DataFrame(series).to_csv(folder / "block3_steps.csv", index=False, float_format="%.6g")
+    print(f"[collect] {len(series)} block-3 steps into {folder / 'block3_steps.csv'}")
 
 
 def main(argv: list[str]) -> None:
@@ -220,6 +319,10 @@ def main(argv: list[str]) -> None:
     if (RESULTS / f"followup_{CONTROL}.csv").exists():
         print("\nFollow-up on fresh seeds 4-11, OOD outputs (NOTES.md):")
         print(fmt(followup_table()))
+    if (RESULTS / f"block3_{CONTROL}.csv").exists():
+        print("\nBlock 3, fresh seeds 12-19, OOD outputs (NOTES.md):")
+        print(fmt(block3_table().drop(columns=["label"])))
+        print(fmt(block3_mechanisms().drop(columns=["run_id", "il_nll_first", "il_nll_last"])))
 
 
 if __name__ == "__main__":
