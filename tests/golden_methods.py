@@ -34,8 +34,10 @@ from pathlib import Path
 import torch
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
-ADDED = frozenset({"tir/abs_logp_diff/after_tool", "tir/abs_logp_diff/elsewhere"})
-"""Metrics added after the AVX-512 recording (research/post_miniature's question (a))."""
+ADDED = frozenset({"tir/abs_logp_diff/after_tool", "tir/abs_logp_diff/elsewhere",
+                   "turns/varying_groups", "turns/shrink_spread"})
+"""Metrics added after the AVX-512 recording (research/post_miniature's question (a); the per-turn
+group sizes of research/trloo_turns)."""
 STEPS = 3
 TIMING = ("step_time", "time/rollout", "time/update", "time/eval")
 ADDITION = dict(task="addition", model="warm-start", preset="smoke", prompts_per_step=4, num_generations=4,
