@@ -2,11 +2,14 @@
 the verdicts of NOTES.md.
 
     .venv/bin/python research/trloo_turns/summarize.py --collect   # after run.sh: copy results in
+    .venv/bin/python research/trloo_turns/summarize.py --warm-start  # the untrained reference
     .venv/bin/python research/trloo_turns/summarize.py [--md]      # print the tables
 
 `--collect` copies runs/trloo_turns/<arm>/results.csv to results/<arm>.csv and every run's per-step
 reward, gradient norm, tool calls and errors and the two per-turn group metrics to results/steps.csv
-(the runs' folders are not shipped).  Chapter 12 and lab 12 call `table()` and `mechanism_table()`.
+(the runs' folders are not shipped).  `--warm-start` writes results/warm_start.csv: the warm start's
+own greedy held-out success per seed, with the same prompts and failures (added after the runs, in no
+verdict).  Chapter 12 and lab 12 call `table()`, `arms_table()` and `mechanism_table()`.
 
 Verdict per comparison (NOTES.md, fixed before the runs): Welch's t over seeds, two-sided p from
 Student's t with Welch's degrees of freedom, Holm-adjusted over the three comparisons of one
@@ -124,6 +127,25 @@ def mechanism_table(folder: Path = RESULTS) -> pd.DataFrame:
             .mean().reset_index())
 
 
+def warm_start_eval(folder: Path = RESULTS) -> pd.DataFrame:
+    """The shipped warm start's greedy held-out success on each seed's 512 prompts with the flaky
+    calculator, no training: what the arms' 50 steps improve on.  Writes results/warm_start.csv."""
+    import torch
+
+    from rl_lab import Trainer
+    from rl_lab.sweep import plan_sweep
+    torch.set_num_threads(1)
+    runs = plan_sweep(HERE / "grpo.yaml").runs            # the comparison's configs, one per seed
+    out = pd.DataFrame([{"seed": r.seed, "eval_reward": Trainer(r.config).evaluate()["eval/reward"]} for r in runs])
+    out.to_csv(folder / "warm_start.csv", index=False, float_format="%.6g")
+    return out
+
+
+def warm_start_reward(folder: Path = RESULTS) -> float:
+    """The mean over seeds of results/warm_start.csv (`warm_start_eval`)."""
+    return float(pd.read_csv(folder / "warm_start.csv")["eval_reward"].mean())
+
+
 def collect(runs: Path = RUNS, folder: Path = RESULTS) -> None:
     """Copy each arm's results.csv and every run's per-step series into `folder`."""
     folder.mkdir(exist_ok=True)
@@ -149,6 +171,9 @@ def main(argv: list[str]) -> None:
     if "--collect" in argv:
         collect()
         return
+    if "--warm-start" in argv:
+        print(warm_start_eval())
+        return
     pd.set_option("display.width", 200)
     fmt = (lambda d: d.to_markdown(index=False, floatfmt=".3f")) if "--md" in argv else \
         (lambda d: d.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
@@ -160,6 +185,8 @@ def main(argv: list[str]) -> None:
                  "reward_last_diff", "reward_last_p_holm", "reward_last_verdict"]]))
     print(f"\nManipulation check (every run's mean varying share >= {VARYING_MIN}): {setting_tests_the_claim()}")
     print(f"Dr. Kernel's claim (NOTES.md rule): {claim()}")
+    if (RESULTS / "warm_start.csv").exists():
+        print(f"The warm start's own held-out success (no training; in no verdict): {warm_start_reward():.3f}")
     print()
     print(fmt(mechanism_table()))
 
