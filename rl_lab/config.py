@@ -26,7 +26,7 @@ LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-to
 SCALE_REWARDS = ("group", "batch", "none")
 EMPG_NORMALIZE = ("sum", "scaled_advantage", "none")
 ADV_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline",
-                  "optimal_token_baseline", "trloo")
+                  "optimal_token_baseline", "trloo", "grpo_per_turn")
 ROLLOUT_IS = (None, "token", "sequence")
 SAMPLER_QUANTIZATION = (None, "int8")
 SCHEDULERS = ("constant", "linear", "cosine", "length_triggered")
@@ -198,7 +198,11 @@ class RLConfig(_Validated):
     advantage_estimator: str = "grpo"
     """verl's names: grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline,
     optimal_token_baseline (OTB); and Dr. Kernel's trloo (turn-level returns, leave-one-out
-    baseline per prompt and model turn; per-turn rewards where the task gives them)."""
+    baseline per prompt and model turn; per-turn rewards where the task gives them).  grpo is
+    trajectory-level (one mean per prompt, the same advantage on every turn); grpo_per_turn groups
+    per (prompt, model turn) as multi-turn pipelines do: TRLOO's turn returns minus the mean of the
+    group's episodes present at that turn, the episode itself included, divided by that (prompt,
+    turn) std under scale_rewards="group" (rl_lab.algos.trloo; one turn: the same as grpo)."""
     gamma: float = 1.0
     """Discount of the reward-to-go in reinforce_plus_plus."""
     scale_rewards: str = "group"

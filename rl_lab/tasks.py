@@ -342,7 +342,12 @@ class MultiplicationTool(Task):
 
     Knobs: `digits_a`, `digits_b` (operand lengths); `tool_output_style` "plain" ("=9716|") or "ood" ("=9,716|": thousands separators the warm
     start never saw, SimpleTIR's out-of-distribution tool output); `call_reward`, a reward for a
-    first turn that is a well-formed call (one the calculator accepts), added to the answer's.
+    first turn that is a well-formed call (one the calculator accepts), added to the answer's;
+    `tool_failure_rate` p, a flaky calculator: each call fails with probability p whatever it asks
+    (a hash of row, turn and call: `ToolEnvironment.fails`), the environment writes "=error|" and
+    the episode ends there with reward 0.  The environment, not the policy, then decides how many
+    of a group's episodes reach the answer turn: the setting where per-turn baselines differ from
+    trajectory-level ones (research/trloo_turns).
 
     `score` reads only the answer, the text after the last "|" (or the whole completion when it
     has no "|"): a product written without the tool counts too.  `turn_rewards` splits the
@@ -352,6 +357,7 @@ class MultiplicationTool(Task):
     digits_b: int = 2
     tool_output_style: str = "plain"
     call_reward: float = 0.0
+    tool_failure_rate: float = 0.0
     name = "multiplication_tool"
 
     def __post_init__(self):
@@ -364,16 +370,22 @@ class MultiplicationTool(Task):
                              f"{list(TOOL_OUTPUT_STYLES)}")
         if not 0 <= self.call_reward <= 1:
             raise ValueError(f"MultiplicationTool.call_reward={self.call_reward!r} must be in [0, 1]")
+        rate = self.tool_failure_rate
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
+            raise ValueError(f"MultiplicationTool.tool_failure_rate={rate!r} must be a number in [0, 1): the share "
+                             "of calculator calls that fail and end the episode (0: a reliable calculator)")
         if self.reward_mode != "exact":
             raise ValueError(f"reward_mode={self.reward_mode!r}: MultiplicationTool supports only 'exact'")
 
     @property
     def environment(self) -> ToolEnvironment:
         """The calculator behind "(" ")" for the call and "=" "|" for its output, K = 2 turns; a
-        final answer is a number (digits, perhaps with separators)."""
+        final answer is a number (digits, perhaps with separators); a share `tool_failure_rate` of
+        the calls fail and end the episode."""
         kind = GroupedNumberEnvironment if self.tool_output_style == "ood" else ToolEnvironment
         return kind(tool="calculator", max_turns=2, call_open="(", call_close=")",
-                    output_open="=", output_close="|", answer_pattern=r"-?[\d,]+")
+                    output_open="=", output_close="|", answer_pattern=r"-?[\d,]+",
+                    failure_rate=self.tool_failure_rate)
 
     def sample(self, rng):
         a = int(rng.integers(10 ** (self.digits_a - 1) if self.digits_a > 1 else 0, 10 ** self.digits_a))

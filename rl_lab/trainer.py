@@ -33,6 +33,7 @@ from rl_lab.algos.grpo import aggregate_loss, sequence_logprobs
 from rl_lab.algos.method import StepState
 from rl_lab.algos.methods import build_methods
 from rl_lab.algos.modes import bypass_policy_loss, decoupled_policy_loss
+from rl_lab.algos.trloo import turn_group_metrics
 from rl_lab.config import ConfigError, RLConfig, SamplingConfig
 from rl_lab.corrections import rollout_correction, token_kl
 from rl_lab.engines import RolloutEngine, make_engine
@@ -297,6 +298,8 @@ class Trainer:
                                      s.old_logp_safe - s.rollout_logp, finite, nonempty)
         metrics.update({"loss": loss_value, "grad_norm": grad_norm, "faults/skipped_steps": skipped,
                         **corr_metrics, **pg_metrics, **(batch.episode_metrics or {})})
+        if batch.turn_ids is not None and getattr(self.environment, "max_turns", 2) > 1:   # per-turn group sizes
+            metrics.update(turn_group_metrics(s.counted, batch.turn_ids, batch.group_ids))
         for method_metrics in self._hook("metrics", s):
             metrics.update(method_metrics)
         t1 = time.perf_counter()

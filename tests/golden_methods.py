@@ -34,9 +34,10 @@ from pathlib import Path
 import torch
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
-ADDED = frozenset({"tir/abs_logp_diff/after_tool", "tir/abs_logp_diff/elsewhere", "turns/void_eos_fraction"})
+ADDED = frozenset({"tir/abs_logp_diff/after_tool", "tir/abs_logp_diff/elsewhere", "turns/void_eos_fraction",
+                   "turns/varying_groups", "turns/shrink_spread"})
 """Metrics added after the AVX-512 recording (research/post_miniature's question (a); SimpleTIR's early-<eos>
-void turns, issue 28)."""
+void turns and the per-turn group sizes of research/trloo_turns, issue 28)."""
 STEPS = 3
 TIMING = ("step_time", "time/rollout", "time/update", "time/eval")
 ADDITION = dict(task="addition", model="warm-start", preset="smoke", prompts_per_step=4, num_generations=4,

@@ -114,6 +114,25 @@ def test_a_greedy_episode_is_the_hf_engines_episode(setup):
     assert torch.allclose(batch.sampler_logprobs, hf.sampler_logprobs, atol=1e-5)
 
 
+def test_a_failed_call_ends_the_episode_as_on_the_hf_engine(setup):
+    """A flaky tool (ToolEnvironment.failure_rate): a failed call's output ends the row, on both
+    engines alike (the failures are a hash of row, turn and call)."""
+    tok, eng = setup
+    model = successor_machine(tok, margin=30.0)
+    eng.sync_weights(model)
+    greedy, env = SamplingConfig(max_completion_length=24, top_k=1), replace(ENV, failure_rate=0.5)
+    batch = eng.generate(["1+1="], 8, greedy, torch.Generator().manual_seed(0), environment=env)
+    hf = HFEngine(model, tok).generate(["1+1="], 8, greedy, torch.Generator().manual_seed(0), environment=env)
+    first = [env.fails(b, 0, "2*3") for b in range(8)]
+    assert any(first) and not all(first)
+    for b, failed in enumerate(first):
+        assert (batch.completions[b] == "(2*3)=error|") == failed, batch.completions[b]
+    assert batch.completions == hf.completions and not batch.is_truncated.any()
+    for name in ("completion_ids", "completion_mask", "env_mask", "turn_ids", "is_truncated", "has_void_turn"):
+        assert torch.equal(getattr(batch, name), getattr(hf, name)), name
+    assert batch.episode_metrics == hf.episode_metrics
+
+
 def test_max_turns_one_is_todays_single_turn_sampling(setup):
     tok, eng = setup
     model, _ = untied_model(seed=3)

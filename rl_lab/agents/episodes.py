@@ -21,9 +21,16 @@ so max_turns = 1 is exactly the single-turn case.  A *void* turn (SimpleTIR) yie
 complete tool call nor a final answer: every turn but the last ends in an executed call, so the
 void turn is a last turn that was cut by the length limit, or that ended (<eos>) without a call
 and without text in the answer format (`ToolEnvironment.answer_pattern`): a premature <eos>.
+
+A flaky tool (`ToolEnvironment.failure_rate` > 0) fails a call at random, as a sandbox that
+crashes or times out does: the environment writes `failure_output` and the episode ends there,
+without an <eos> and without another model turn (`ended_rows`; the engines stop such a row).  The
+number of turns then varies within a group whatever the policy does.  Such an episode is not void:
+its last model turn made a complete call.
 """
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 
@@ -44,6 +51,11 @@ class ToolEnvironment:
     max_output_chars  the tool output is cut to this many characters before tokenizing
     answer_pattern    a final answer: a turn ended by <eos> whose text (stripped) matches this
                       regular expression in full; the default accepts any non-empty text
+    failure_rate      the share of calls that fail whatever they ask (a flaky tool): such a call is
+                      not run; the environment writes `failure_output` and ends the episode.  Which
+                      calls fail is a hash of (row, turn, call text), not a random draw (`fails`):
+                      the same batch fails the same way, and the rows of a group fail independently
+                      of each other.  0: never.
     """
     tool: str = "calculator"
     max_turns: int = 2
@@ -53,12 +65,27 @@ class ToolEnvironment:
     output_close: str = "</output>"
     max_output_chars: int = 200
     answer_pattern: str = r"(?s).*\S.*"
+    failure_rate: float = 0.0
+    failure_output: str = "error"
 
     def __post_init__(self):
         if self.max_turns < 1:
             raise ValueError(f"ToolEnvironment.max_turns={self.max_turns}: an episode has at least one turn")
         if not self.call_open or not self.call_close:
             raise ValueError("ToolEnvironment.call_open and call_close must be non-empty delimiters")
+        if isinstance(self.failure_rate, bool) or not isinstance(self.failure_rate, (int, float)) \
+                or not 0 <= self.failure_rate < 1:
+            raise ValueError(f"ToolEnvironment.failure_rate={self.failure_rate!r} must be a number in [0, 1): "
+                             "the share of calls that fail and end the episode (0: the tool never fails)")
+
+    def fails(self, row: int, turn: int, call: str) -> bool:
+        """Whether the call `call`, made by row `row` in model turn `turn`, fails: a number in
+        [0, 1) hashed from the three (blake2b) falls below `failure_rate`.  A pure function, with
+        no random state: sampling, resuming and every engine see the same failures."""
+        if self.failure_rate <= 0:
+            return False
+        digest = hashlib.blake2b(f"{row}|{turn}|{call}".encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big") / 2 ** 64 < self.failure_rate
 
     def parse_call(self, turn_text: str) -> str | None:
         """The call's argument if `turn_text` ends with a complete call, else None."""
@@ -93,6 +120,8 @@ class Episodes:
         self.turn_tokens = [[] for _ in range(batch_size)]   # the current model turn's sampled ids
         self.pending = [[] for _ in range(batch_size)]       # environment ids still to append (reversed)
         self.ended_with_call = [False] * batch_size
+        self.failing = [False] * batch_size           # the row's call failed: its output ends the episode
+        self.ended = [False] * batch_size             # the environment ended the row's episode
         self.env_positions = [[] for _ in range(batch_size)]
         self.turn_ids = [[] for _ in range(batch_size)]
         self.results: list[ToolResult] = []
@@ -136,7 +165,8 @@ class Episodes:
         call = self.env.parse_call(self.tokenizer.decode(self.turn_tokens[b], skip_special_tokens=True))
         if call is None:
             return
-        result = run_tool(self.env.tool, call)
+        self.failing[b] = self.env.fails(b, self.turn[b], call)
+        result = ToolResult(self.env.failure_output, "error") if self.failing[b] else run_tool(self.env.tool, call)
         self.results.append(result)
         ids = self.tokenizer(self.env.observation(result), add_special_tokens=False)["input_ids"]
         self.pending[b] = list(reversed(ids))
@@ -161,8 +191,16 @@ class Episodes:
         return taken
 
     def _next_turn(self, b: int) -> None:
+        if self.failing[b]:                             # a failed call: no next turn
+            self.ended[b] = True
+            return
         self.turn[b] += 1
         self.turn_tokens[b] = []
+
+    def ended_rows(self, device=None) -> torch.Tensor:
+        """(B,) bool: the rows whose episode the environment ended (a failed call's output is
+        written): the engine samples nothing more for them."""
+        return torch.tensor(self.ended, dtype=torch.bool, device=device)
 
     def void_rows(self, has_eos: torch.Tensor) -> torch.Tensor:
         """(B,) bool once sampling is over: the rows whose episode has a void turn (SimpleTIR), a

@@ -8,6 +8,8 @@ tokens that count; `group_ids` (B,) says which prompt each row answers.
                                 logit-gradient proxy W_t = sum_{j<=t} ||e_{y_j} - pi_j||^2
   trloo                         turn returns with a leave-one-out baseline per group and model
                                 turn (Dr. Kernel; rl_lab.algos.trloo)
+  grpo_per_turn                 the same turn returns, GRPO-normalised per group and model turn
+                                (a self-included mean: the baseline TRLOO replaces)
 
 Chapter 1 (GRPO, RLOO) and chapter 9 (the optimal token baseline) explain these.
 """
@@ -109,12 +111,15 @@ def token_advantages(estimator: str, rewards, mask, group_ids, valid, scale_rewa
                      gamma: float = 1.0, old_logp=None, sum_pi_sq=None, is_weights=None, turn_ids=None,
                      turn_rewards=None):
     """Dispatch on RLConfig.advantage_estimator -> (B, T) advantages, 0 on invalid rows.
-    `rewards` (B,) are sequence rewards (NaN allowed on invalid rows); trloo also reads the
-    (B, T) `turn_ids` of a multi-turn batch and the (B, K) `turn_rewards` if the task gives them."""
+    `rewards` (B,) are sequence rewards (NaN allowed on invalid rows); trloo and grpo_per_turn
+    also read the (B, T) `turn_ids` of a multi-turn batch and the (B, K) `turn_rewards` if the task
+    gives them."""
     from rl_lab.algos.grpo import group_advantages
-    from rl_lab.algos.trloo import trloo_advantages
+    from rl_lab.algos.trloo import grpo_per_turn_advantages, trloo_advantages
     if estimator == "trloo":
         return trloo_advantages(rewards, mask, turn_ids, group_ids, valid, gamma, turn_rewards)
+    if estimator == "grpo_per_turn":
+        return grpo_per_turn_advantages(rewards, mask, turn_ids, group_ids, valid, scale_rewards, gamma, turn_rewards)
     if estimator in ("grpo", "rloo"):
         adv = group_advantages(rewards, group_ids, valid, estimator, scale_rewards)   # (B,)
         return adv[:, None] * mask

@@ -43,10 +43,16 @@ def optimal_token_baseline(s: StepState):
                             s.is_weights)
 
 
-@register_adv_est("trloo")
-def trloo(s: StepState):
-    """Per-turn leave-one-out; the task's per-turn rewards when it gives them."""
-    cfg, t = s.config, s.trainer
-    turn_rewards = task_turn_rewards(t.task, t.reward_funcs, s.batch, s.rows, t.device)
-    return token_advantages("trloo", s.rewards, s.mask, s.batch.group_ids, s.trains, cfg.scale_rewards, cfg.gamma,
-                            turn_ids=s.batch.turn_ids, turn_rewards=turn_rewards)
+def _per_turn(name: str):
+    def estimate(s: StepState):
+        cfg, t = s.config, s.trainer
+        turn_rewards = task_turn_rewards(t.task, t.reward_funcs, s.batch, s.rows, t.device)
+        return token_advantages(name, s.rewards, s.mask, s.batch.group_ids, s.trains, cfg.scale_rewards, cfg.gamma,
+                                turn_ids=s.batch.turn_ids, turn_rewards=turn_rewards)
+    return estimate
+
+
+# Per-turn estimators (rl_lab.algos.trloo), on the task's per-turn rewards when it gives them:
+# trloo, a leave-one-out baseline per (prompt, turn); grpo_per_turn, GRPO per (prompt, turn)
+for _name in ("trloo", "grpo_per_turn"):
+    register_adv_est(_name)(_per_turn(_name))

@@ -15,6 +15,12 @@ direction.  TRLOO's baseline leaves the sample out:
 broadcast to every token of turn k.  The others' returns do not depend on sample i's action at
 turn k, so the baseline adds no bias and the expected update is the policy gradient
 (tests/test_trloo.py checks both claims exactly on an enumerable two-turn toy, rl_lab.exact.turns).
+
+The claim is about GRPO grouped per (prompt, turn), `grpo_per_turn_advantages` here
+(`advantage_estimator="grpo_per_turn"`).  rl_lab's `grpo` is trajectory-level: one mean per
+prompt over whole episodes, the same advantage on every turn, so E[(R_i - mean R) S_i] =
+(1 - 1/N) grad J for any number of turns (S_i the episode's summed score): a rescaling, no turn
+(tests/test_grpo_per_turn.py).
 """
 from __future__ import annotations
 
@@ -80,6 +86,38 @@ def turn_self_included(G: torch.Tensor, exists: torch.Tensor, group_ids: torch.T
     return torch.where(exists, A, torch.zeros_like(A))
 
 
+def trajectory_self_included(G: torch.Tensor, exists: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """(B, K) -> (B, K) rl_lab's trajectory-level `grpo` mean-centring on the same table: the
+    episode's return R_i = G_i0 minus its group's mean over whole episodes, the same on every
+    present turn (no per-turn grouping).  Its expectation is (1 - 1/N) grad J whatever the turns."""
+    n_groups = int(group_ids.max()) + 1
+    R = G[:, 0]
+    count = torch.zeros(n_groups, dtype=G.dtype, device=G.device).index_add_(0, group_ids, torch.ones_like(R))
+    mean = torch.zeros_like(count).index_add_(0, group_ids, R) / count
+    A = (R - mean[group_ids])[:, None].expand_as(G)
+    return torch.where(exists, A, torch.zeros_like(A))
+
+
+def turn_group_normalized(G: torch.Tensor, exists: torch.Tensor, group_ids: torch.Tensor,
+                          scale_rewards: str = "group", eps: float = 1e-6) -> torch.Tensor:
+    """(B, K) -> (B, K) multi-turn GRPO per (prompt, turn): `turn_self_included`'s G_ik - mean_k,
+    divided by the std of the group's returns at turn k ("group": unbiased, + eps, as
+    rl_lab.algos.grpo.group_advantages does per prompt), by the std over every present (row, turn)
+    ("batch"), or not at all ("none").  0 on absent turns and where a row is alone at its turn."""
+    A = turn_self_included(G, exists, group_ids)
+    e = exists.to(G.dtype)
+    if scale_rewards == "group":
+        n, sq = _group_turn_sums(A ** 2, exists, group_ids)                          # count, sum of squares
+        A = A / ((sq / (n - 1).clamp(min=1)).sqrt() + eps)
+    elif scale_rewards == "batch":
+        present = A[exists]
+        std = present.std() if present.numel() > 1 else torch.zeros((), dtype=A.dtype, device=A.device)
+        A = A / (std + eps)
+    elif scale_rewards != "none":
+        raise ValueError(f"scale_rewards={scale_rewards!r}: choose 'group', 'batch' or 'none'")
+    return A * e
+
+
 def per_token(values: torch.Tensor, turn_ids: torch.Tensor | None, mask: torch.Tensor) -> torch.Tensor:
     """(B, K) per-turn values -> (B, T): each counted token gets its turn's value, 0 elsewhere."""
     m = mask.to(torch.bool)
@@ -88,13 +126,11 @@ def per_token(values: torch.Tensor, turn_ids: torch.Tensor | None, mask: torch.T
     return torch.where(m, out, torch.zeros_like(out))
 
 
-@torch.no_grad()
-def trloo_advantages(rewards: torch.Tensor, mask: torch.Tensor, turn_ids: torch.Tensor | None,
-                     group_ids: torch.Tensor, valid: torch.Tensor, gamma: float = 1.0,
-                     turn_rewards: torch.Tensor | None = None) -> torch.Tensor:
-    """(B,) episode rewards (or (B, K) `turn_rewards`, where the task gives them) -> (B, T) TRLOO
-    advantages on the counted tokens of valid rows.  Without per-turn rewards the episode's reward
-    sits on its last turn, so with gamma = 1 every turn's return is the outcome."""
+def turn_table(rewards: torch.Tensor, mask: torch.Tensor, turn_ids: torch.Tensor | None, valid: torch.Tensor,
+               gamma: float = 1.0, turn_rewards: torch.Tensor | None = None):
+    """(B,) episode rewards (or (B, K) `turn_rewards`) -> (G (B, K) turn returns in float64,
+    exists (B, K), m (B, T) the counted tokens of valid rows).  Without per-turn rewards the
+    episode's reward sits on its last turn, so with gamma = 1 every turn's return is the outcome."""
     m = mask.to(torch.bool) & valid[:, None]
     exists = turns_present(m, turn_ids)                                                  # (B, K)
     if turn_rewards is None:
@@ -104,9 +140,56 @@ def trloo_advantages(rewards: torch.Tensor, mask: torch.Tensor, turn_ids: torch.
             raise ValueError(f"turn_rewards has {turn_rewards.shape[1]} turns but the batch has "
                              f"{exists.shape[1]}: give a reward (0 if none) for every model turn")
         r = torch.nan_to_num(turn_rewards[:, : exists.shape[1]].double())
-    G = turn_returns(r, exists, gamma)
+    return turn_returns(r, exists, gamma), exists, m
+
+
+@torch.no_grad()
+def trloo_advantages(rewards: torch.Tensor, mask: torch.Tensor, turn_ids: torch.Tensor | None,
+                     group_ids: torch.Tensor, valid: torch.Tensor, gamma: float = 1.0,
+                     turn_rewards: torch.Tensor | None = None) -> torch.Tensor:
+    """(B,) episode rewards (or (B, K) `turn_rewards`, where the task gives them) -> (B, T) TRLOO
+    advantages on the counted tokens of valid rows (`turn_table`)."""
+    G, exists, m = turn_table(rewards, mask, turn_ids, valid, gamma, turn_rewards)
     A = turn_leave_one_out(G, exists, group_ids)
     return per_token(A, turn_ids, m).to(rewards.dtype)
+
+
+@torch.no_grad()
+def grpo_per_turn_advantages(rewards: torch.Tensor, mask: torch.Tensor, turn_ids: torch.Tensor | None,
+                             group_ids: torch.Tensor, valid: torch.Tensor, scale_rewards: str = "group",
+                             gamma: float = 1.0, turn_rewards: torch.Tensor | None = None) -> torch.Tensor:
+    """(B,) episode rewards (or (B, K) `turn_rewards`) -> (B, T) multi-turn GRPO advantages
+    grouped per (prompt, turn) (`turn_group_normalized`) on the counted tokens of valid rows: the
+    turn returns of TRLOO with a self-included mean per turn.  With one turn per row (or no turn
+    ids) it is the trajectory-level `grpo` (rl_lab.algos.grpo.group_advantages) on every valid row
+    with a counted token."""
+    G, exists, m = turn_table(rewards, mask, turn_ids, valid, gamma, turn_rewards)
+    A = turn_group_normalized(G, exists, group_ids, scale_rewards)
+    return per_token(A, turn_ids, m).to(rewards.dtype)
+
+
+def turn_group_metrics(mask: torch.Tensor, turn_ids: torch.Tensor, group_ids: torch.Tensor) -> dict[str, float]:
+    """What makes per-turn baselines differ, for one batch of counted tokens `mask` (B, T):
+    turns/varying_groups  the share of groups whose episodes do not all have the same number of
+                          model turns (some n_k differs from n_0)
+    turns/shrink_spread   the largest minus the smallest, over turns k, of the mean of 1 - 1/n_k
+                          over the rows present at turn k: how unevenly a self-included mean per
+                          (prompt, turn) shrinks the turns (0 when every n_k is equal)."""
+    exists = turns_present(mask, turn_ids)                                                # (B, K)
+    n, _ = _group_turn_sums(exists.double(), exists, group_ids)                          # (B, K)
+    rows = exists.any(-1)
+    if not rows.any():
+        return {"turns/varying_groups": 0.0, "turns/shrink_spread": 0.0}
+    varying = ((n > 0) & (n < n[:, :1])).any(-1)                 # (B,) the row's group: 0 < n_k < n_0 somewhere
+    n_groups = int(group_ids.max()) + 1
+    seen = torch.zeros(n_groups, dtype=torch.bool, device=mask.device).index_fill_(0, group_ids[rows], True)
+    flag = torch.zeros(n_groups, dtype=torch.bool, device=mask.device).index_fill_(0, group_ids[rows & varying], True)
+    share = flag[seen].double().mean()
+    shrink = torch.where(exists, 1 - 1 / n.clamp(min=1), torch.zeros_like(n))
+    per_turn = shrink.sum(0) / exists.sum(0).clamp(min=1)                                # (K,)
+    present = exists.any(0)
+    spread = per_turn[present].max() - per_turn[present].min()
+    return {"turns/varying_groups": float(share), "turns/shrink_spread": float(spread)}
 
 
 def task_turn_rewards(task, reward_funcs, batch, rows: list[dict], device=None):

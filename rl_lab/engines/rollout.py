@@ -38,7 +38,7 @@ class RolloutBatch:
     completion_mask: torch.Tensor    # (B, T) 1 on generated tokens, up to and including <eos>
     sampler_logprobs: torch.Tensor | None  # (B, T) log mu(y_t | x, y_<t), 0 where mask is 0; None: not reported
     completions: list[str]           # (B,) decoded, special tokens removed
-    is_truncated: torch.Tensor       # (B,) bool: no <eos> within max_completion_length
+    is_truncated: torch.Tensor       # (B,) bool: no <eos> within max_completion_length (nor ended by the environment)
     group_ids: torch.Tensor          # (B,) index of the prompt each row belongs to
     sampler_logprobs_full: torch.Tensor | None = None  # (B, T, V) log mu(. | x, y_<t), if recorded
     # multi-turn episodes (rl_lab.agents.episodes), else None.  completion_ids then holds the
@@ -249,6 +249,8 @@ class HFEngine:
             if episodes is not None:
                 episodes.observe(t, completion_ids[:, t].tolist(), sampled.tolist(), (~sampled & ~finished).tolist())
             finished |= (tokens == eos) & sampled
+            if episodes is not None and episodes.env.failure_rate > 0:   # a failed call ended the episode
+                finished |= episodes.ended_rows(device)
             if finished.all() or t == T - 1:
                 break
             if decoder is not None:
@@ -271,9 +273,9 @@ class HFEngine:
         if episodes is not None:
             env_mask, turn_ids, episode_metrics = episodes.finish(T, has_eos)
             void = episodes.void_rows(has_eos)
-        return RolloutBatch(rows, prompt_ids, prompt_mask, completion_ids, completion_mask,
-                            sampler_logprobs, texts, ~has_eos, group_ids, full, env_mask, turn_ids, episode_metrics,
-                            void)
+        ended = episodes.ended_rows(device) if episodes is not None else torch.zeros_like(has_eos)
+        return RolloutBatch(rows, prompt_ids, prompt_mask, completion_ids, completion_mask, sampler_logprobs,
+                            texts, ~has_eos & ~ended, group_ids, full, env_mask, turn_ids, episode_metrics, void)
 
     @staticmethod
     def _environment_turns(episodes, tokens, token_logp, sampled):

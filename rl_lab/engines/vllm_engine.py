@@ -280,7 +280,8 @@ class VLLMEngine:
                 ids += env
                 logps += [0.0] * len(env)
                 sampled += [False] * len(env)
-                if stops_at_call and toks and toks[-1] == episodes.close_last and len(ids) < T:
+                if stops_at_call and toks and toks[-1] == episodes.close_last and len(ids) < T \
+                        and not episodes.ended[b]:             # a failed call ends the episode
                     again.append(b)
             if not again:
                 break
@@ -312,9 +313,10 @@ class VLLMEngine:
         if episodes is not None:
             env_mask, turn_ids, episode_metrics = episodes.finish(T, has_eos)
             void = episodes.void_rows(has_eos)
+        ended = episodes.ended_rows() if episodes is not None else torch.zeros_like(has_eos)
         return RolloutBatch([p for p in prompts for _ in range(n)], ids.repeat_interleave(n, 0),
                             am.repeat_interleave(n, 0), completion_ids, completion_mask, sampler_logprobs,
-                            texts, ~has_eos, torch.arange(len(prompts)).repeat_interleave(n),
+                            texts, ~has_eos & ~ended, torch.arange(len(prompts)).repeat_interleave(n),
                             env_mask=env_mask, turn_ids=turn_ids, episode_metrics=episode_metrics,
                             has_void_turn=void)
 

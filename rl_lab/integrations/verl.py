@@ -290,9 +290,10 @@ def check_exportable(cfg: RLConfig) -> None:
         problems.append(f"RLConfig.task={cfg.task!r} is a tool task (multi-turn episodes with a calculator): "
                         "this export writes single-turn verl runs, not verl's multi-turn rollout settings "
                         "(rollout.multi_turn and a tool config); export a single-turn task")
-    if cfg.advantage_estimator == "trloo":
-        problems.append("RLConfig.advantage_estimator='trloo': Dr. Kernel's turn-level estimator is in its "
-                        "KernelGYM fork, not in verl " + VERL_VERSION + "; use 'rloo' or 'grpo' to export")
+    if cfg.advantage_estimator in ("trloo", "grpo_per_turn"):
+        problems.append(f"RLConfig.advantage_estimator={cfg.advantage_estimator!r}: a turn-level estimator (Dr. "
+                        "Kernel's is in its KernelGYM fork) is not in verl " + VERL_VERSION + "; use 'rloo' or "
+                        "'grpo' to export")
     if cfg.scale_rewards == "batch":
         problems.append("RLConfig.scale_rewards='batch': verl normalises by the group std or not at all; "
                         "use 'group' or 'none'")
