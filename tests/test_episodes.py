@@ -64,7 +64,8 @@ def test_max_turns_one_is_the_single_turn_trainer_bit_for_bit():
         return strip_timing(Trainer(cfg, reward_funcs=[distinct_characters],
                                     environment=environment).train().to_dict("records"))
     plain, one_turn = run(None), run(replace(CHARS, max_turns=1))
-    extra = {"turns/mean", "turns/void_fraction", "turns/void_eos_fraction", "tools/calls", "tools/errors", "tools/timeouts", "tools/truncated"}
+    extra = {"turns/mean", "turns/void_fraction", "turns/void_eos_fraction", "tools/calls", "tools/errors",
+             "tools/timeouts", "tools/truncated"}
     assert [{k: v for k, v in r.items() if k not in extra} for r in one_turn] == plain
     assert all(r["tools/calls"] == 0 and r["turns/mean"] == 1.0 for r in one_turn)
     assert plain[0]["grad_norm"] > 0 and plain[0]["kl"] >= 0     # a real update, not a vacuous comparison
