@@ -103,7 +103,7 @@ def test_a_greedy_episode_is_the_hf_engines_episode(setup):
     assert (batch.sampler_logprobs[batch.env_mask] == 0).all()
     assert batch.is_truncated.tolist() == [False] * 4 + [True] * 2
     assert batch.episode_metrics == {"turns/mean": (3 + 3 + 1 + 1 + 1 + 1) / 6, "turns/void_fraction": 2 / 6,
-                                     "tools/calls": 4, "tools/errors": 0, "tools/timeouts": 0,
+                                     "turns/void_eos_fraction": 0.0, "tools/calls": 4, "tools/errors": 0, "tools/timeouts": 0,
                                      "tools/truncated": 0}
     hf = HFEngine(model, tok).generate(PROMPTS, 2, greedy, torch.Generator().manual_seed(0), environment=ENV)
     assert batch.has_void_turn.tolist() == [False] * 4 + [True] * 2
