@@ -16,10 +16,11 @@ export RL_LAB_PRESET ?= smoke
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: setup vendor book test test-fast lint lab labs-ipynb checkpoints check-checkpoints bench bench-short bench-long clean help
+.PHONY: setup setup-lean vendor book test test-fast lint lab labs-ipynb checkpoints check-checkpoints bench bench-short bench-long clean help
 
 help:
 	@echo "make setup   create .venv and install everything (CPU torch, book, tests, offline assets)"
+	@echo "make setup-lean  the labs only: torch, the package and JupyterLab, no vLLM/verl/npm (tools/setup_lean.py)"
 	@echo "make book    build the book offline, executing every lab (RL_LAB_PRESET=$(RL_LAB_PRESET))"
 	@echo "make test    unit tests + every lab under pytest --nbval"
 	@echo "make test-fast  lint (ruff) + the unit tests not marked slow: a few minutes, run first by CI"
@@ -43,6 +44,11 @@ setup:
 	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3" >/dev/null
 	bash tools/vendor_assets.sh
 	@echo "setup done: activate with  . $(VENV)/bin/activate"
+
+# The labs-only install (a workshop laptop): no vLLM, verl, book or test tools, no npm.  Also runs
+# without make: `python3 tools/setup_lean.py` (on Windows `py tools\setup_lean.py`).
+setup-lean:
+	CONSTRAINTS="$(CONSTRAINTS)" TORCH_PIP_ARGS="$(TORCH_PIP_ARGS)" python3 tools/setup_lean.py --venv $(VENV)
 
 vendor:
 	bash tools/vendor_assets.sh
