@@ -41,7 +41,7 @@ setup:
 	$(PIP) install -q $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e ".[dev]"
 	CONSTRAINTS="$(CONSTRAINTS)" bash tools/install_vllm.sh $(VENV)
 	CONSTRAINTS="$(CONSTRAINTS)" bash tools/install_verl.sh $(VENV)
-	$(PY) -m ipykernel install --sys-prefix --name python3 --display-name "Python 3" >/dev/null
+	$(PY) -m rl_lab.kernel install >/dev/null   # ipykernel, after rl_lab's thread policy (BENCHMARKS.md, 9)
 	bash tools/vendor_assets.sh
 	@echo "setup done: activate with  . $(VENV)/bin/activate"
 

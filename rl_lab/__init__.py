@@ -20,6 +20,19 @@ off-policy corrections.  CPU by default; a GPU is used when present.
 
 __version__ = "0.1.0"
 
+# The thread policy (issue 33; BENCHMARKS.md, section 9): OpenMP's threads sleep when idle instead
+# of spinning, so a lab kernel does not stall the kernels beside it (two torch processes on the
+# same cores took 6-14x longer per step with torch's spinning default, 1.4-3.4x with this one; it
+# costs about 1.5x on an idle machine).  Set before torch loads OpenMP, so only when nothing has
+# imported torch yet: the labs' Jupyter kernel (`python -m rl_lab.kernel`, registered by `make
+# setup`) imports rl_lab first for that reason.  OMP_WAIT_POLICY=ACTIVE (or RL_LAB_THREAD_POLICY=off)
+# keeps torch's default: what the book build does, one kernel at a time on idle cores.
+import os as _os
+import sys as _sys
+
+if "torch" not in _sys.modules and _os.environ.get("RL_LAB_THREAD_POLICY", "").lower() != "off":
+    _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 from rl_lab.config import RLConfig, SamplingConfig, WarmStartConfig, get_preset
 from rl_lab.models import build_model, load_model, load_warm_start, MODEL_SIZES
 from rl_lab.engines.rollout import HFEngine, RolloutBatch

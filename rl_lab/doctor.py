@@ -124,6 +124,46 @@ def check_threads(torch_threads: int, cpu_count: int, omp_env: str | None) -> Ch
     return Check("threads", OK, found)
 
 
+BUSY_WARN_CPUS = 0.75   # other processes using this much CPU (in CPUs) compete with every lab step
+
+
+def check_competition(busy_cpus: float | None, cpu_count: int, wait_policy: str | None = None) -> Check:
+    """How much of the CPUs other processes used while doctor sat idle for a second: another lab
+    kernel training, a build, a browser tab.  Two torch processes on the same cores slow each other
+    several-fold (BENCHMARKS.md, section 9)."""
+    if busy_cpus is None:
+        return Check("other processes", OK, "not measured on this system")
+    found = f"{busy_cpus:.1f} of {cpu_count} CPUs busy with other processes"
+    if busy_cpus < BUSY_WARN_CPUS:
+        return Check("other processes", OK, found)
+    passive = (wait_policy or "").upper() == "PASSIVE"
+    return Check("other processes", WARN, found,
+                 "each lab step will be slower while they run: shut down the kernels you are not using "
+                 "(JupyterLab: Kernel > Shut Down All Kernels) and close other heavy programs"
+                 + ("" if passive else "; OMP_WAIT_POLICY=PASSIVE (rl_lab's default) was overridden here"))
+
+
+def busy_cpus(seconds: float = 1.0) -> float | None:
+    """CPUs' worth of time other processes used over `seconds` while this one sleeps: from
+    /proc/stat on Linux, else the 1-minute load average where the OS has one, else None."""
+    def snapshot():
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)        # idle + iowait
+        return sum(fields[:8]), idle
+    try:
+        total0, idle0 = snapshot()
+        time.sleep(seconds)
+        total1, idle1 = snapshot()
+        dt = total1 - total0
+        return None if dt <= 0 else cpu_count() * (1 - (idle1 - idle0) / dt)
+    except (OSError, ValueError, IndexError):
+        try:
+            return os.getloadavg()[0]
+        except (OSError, AttributeError):
+            return None
+
+
 def torch_pins(requirements: list[str] | None) -> list[str]:
     """The torch version ranges in a distribution's requirement strings whose markers hold here
     (extras are left out: pip installed none of them)."""
@@ -266,8 +306,7 @@ def check_kernel(argv: list[str] | None, resource_dir: str | None, interpreter: 
     """The `python3` kernel that JupyterLab and the book's build start must be this interpreter
     (the one that has rl_lab).  `which` resolves a bare command name such as "python"; a
     kernelspec outside `prefix` (the environment's) shadows the environment's own."""
-    fix = (f"register this interpreter as the python3 kernel: {interpreter} -m ipykernel install "
-           f"--sys-prefix --name python3")
+    fix = f"register this interpreter as the python3 kernel: {interpreter} -m rl_lab.kernel install"
     if argv is None:
         return Check("python3 kernel", FAIL, "no python3 kernelspec found (is ipykernel installed?)", fix)
     if not argv:
@@ -280,6 +319,10 @@ def check_kernel(argv: list[str] | None, resource_dir: str | None, interpreter: 
         if resource_dir and not Path(resource_dir).resolve().is_relative_to(Path(prefix).resolve()):
             shadow = f"; or delete {resource_dir}, which shadows the venv's kernel"
         return Check("python3 kernel", FAIL, found + f", not {interpreter}", fix + shadow)
+    if "rl_lab.kernel" not in argv:
+        return Check("python3 kernel", WARN, found + ", plain ipykernel",
+                     "the labs import torch before rl_lab can set its thread policy, so kernels side by side "
+                     f"stall each other (BENCHMARKS.md, section 9): {interpreter} -m rl_lab.kernel install")
     return Check("python3 kernel", OK, found)
 
 
@@ -380,11 +423,14 @@ class Facts:
     sandbox_mode: str | None = None
     sandbox_reason: str = "not probed"
     installed: dict = field(default_factory=dict)     # package -> version (installed_versions)
+    busy_cpus: float | None = None                     # other processes' CPU use (busy_cpus)
+    wait_policy: str | None = None                     # $OMP_WAIT_POLICY
     notes: list[str] = field(default_factory=list)
 
 
 def gather_facts(disk_path: str = ".", import_vllm: bool = False, timing_steps: int | None = 20) -> Facts:
     """Read the facts from this machine.  `timing_steps=None` skips the timing."""
+    busy = busy_cpus()          # first, while nothing of doctor's own runs
     torch_version, torch_threads = None, 0
     if importlib.util.find_spec("torch") is not None:
         import torch
@@ -401,6 +447,7 @@ def gather_facts(disk_path: str = ".", import_vllm: bool = False, timing_steps: 
         verl_version=dist_version("verl") if importlib.util.find_spec("verl") is not None else None,
         free_bytes=shutil.disk_usage(disk_path).free, disk_path=str(Path(disk_path).resolve()),
         kernel_argv=None, kernel_dir=None)
+    facts.busy_cpus, facts.wait_policy = busy, os.environ.get("OMP_WAIT_POLICY")
     facts.kernel_argv, facts.kernel_dir = python3_kernelspec()
     facts.installed = installed_versions()
     if sys.platform.startswith("linux"):
@@ -426,6 +473,7 @@ def run_checks(facts: Facts, timing: bool = True) -> list[Check]:
         check_python(facts.python_version, facts.executable),
         check_torch(facts.torch_version),
         check_threads(facts.torch_threads, facts.cpu_count, facts.omp_env),
+        check_competition(facts.busy_cpus, facts.cpu_count, facts.wait_policy),
         check_vllm(facts.vllm_version, facts.torch_version, facts.vllm_torch_pin, facts.vllm_import_error,
                    facts.vllm_imported),
         check_torchvision(facts.torchvision_version, facts.torch_version, facts.torchvision_torch_pin),

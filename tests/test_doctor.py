@@ -2,6 +2,7 @@
 disk, a slow step, a vLLM built for another torch), its constants against their sources, and the
 command end to end."""
 import json
+import os
 import re
 import subprocess
 import sys
@@ -115,15 +116,18 @@ def test_low_disk_warns_then_fails():
 
 def test_kernel_pointing_at_another_interpreter_fails(tmp_path):
     me = sys.executable
-    assert check_kernel([me, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+    assert check_kernel([me, "-m", "rl_lab.kernel", "-f", "{connection_file}"],
                         sys.prefix + "/share/jupyter/kernels/python3", me).status == OK
+    plain = check_kernel([me, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                         sys.prefix + "/share/jupyter/kernels/python3", me)
+    assert plain.status == WARN and "rl_lab.kernel install" in plain.fix     # works, without the policy
     # a user-level kernelspec for the system python shadows the venv's
     user_dir = str(tmp_path / ".local/share/jupyter/kernels/python3")
     other = check_kernel(["/usr/bin/python3", "-m", "ipykernel_launcher"], user_dir, me)
     assert other.status == FAIL
-    assert "ipykernel install --sys-prefix --name python3" in other.fix and user_dir in other.fix
+    assert "-m rl_lab.kernel install" in other.fix and user_dir in other.fix
     # a bare command name is resolved on PATH
-    assert check_kernel(["python", "-m", "ipykernel_launcher"], user_dir, me, which=lambda _: me).status == OK
+    assert check_kernel(["python", "-m", "rl_lab.kernel"], user_dir, me, which=lambda _: me).status == OK
     assert check_kernel(["python"], user_dir, me, which=lambda _: "/usr/bin/python3").status == FAIL
     inside = check_kernel(["/usr/bin/python3"], str(tmp_path / "env/share/jupyter/kernels/python3"), me,
                           prefix=str(tmp_path / "env"))
@@ -230,3 +234,26 @@ def test_the_sandbox_line_says_which_mode_and_what_to_do():
     weak = check_sandbox("unsandboxed", "unshare: Operation not permitted")
     assert weak.status == WARN and "allow_unsandboxed=True" in weak.fix and "Operation not permitted" in weak.found
     assert check_sandbox(None, "darwin is not Linux").status == WARN
+
+
+def test_other_processes_on_the_cpus_warn_and_say_what_to_close():
+    from rl_lab.doctor import check_competition
+    assert check_competition(None, 2).status == OK                       # not measurable here
+    assert check_competition(0.2, 2).status == OK
+    c = check_competition(1.3, 2, "PASSIVE")
+    assert c.status == WARN and "1.3 of 2 CPUs" in c.found and "Shut Down" in c.fix
+    assert "overridden" not in c.fix
+    assert "OMP_WAIT_POLICY" in check_competition(1.3, 2, None).fix     # the default was turned off
+
+
+def test_busy_cpus_sees_a_process_that_spins():
+    from rl_lab.doctor import busy_cpus
+    if not Path("/proc/stat").exists():
+        pytest.skip("reads /proc/stat (Linux)")
+    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        busy = busy_cpus(1.0)
+    finally:
+        spin.kill()
+        spin.wait()
+    assert busy is not None and 0.6 <= busy <= os.cpu_count() + 0.1, busy

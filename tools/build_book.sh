@@ -31,6 +31,9 @@ export HF_HUB_OFFLINE=1
 export TRANSFORMERS_OFFLINE=1
 export HF_DATASETS_OFFLINE=1
 export PYDEVD_DISABLE_FILE_VALIDATION=1   # silence ipykernel's debugger warning on stderr
+# One kernel at a time on otherwise idle cores: torch's spinning OpenMP threads are faster there
+# than rl_lab's default passive wait (BENCHMARKS.md, section 9); a caller's setting wins.
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-ACTIVE}"
 unset MPLBACKEND                          # let the kernel use the inline backend so figures are captured
 
 # The HTML must load MathJax and the widget JS from _vendor/, never from a CDN.

@@ -1,0 +1,58 @@
+"""rl_lab's thread policy (issue 33; BENCHMARKS.md, section 9): OMP_WAIT_POLICY=PASSIVE by default,
+set before torch loads OpenMP, overridable; and the labs' kernel, which imports rl_lab first."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+PROBE = "import os, rl_lab; print(os.environ.get('OMP_WAIT_POLICY'))"
+
+
+def policy_seen(code: str, **env) -> str:
+    clean = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "RL_LAB_THREAD_POLICY")}
+    out = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True,
+                         check=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+def test_passive_by_default_and_the_users_setting_wins():
+    assert policy_seen(PROBE) == "PASSIVE"
+    assert policy_seen(PROBE, OMP_WAIT_POLICY="ACTIVE") == "ACTIVE"
+    assert policy_seen(PROBE, RL_LAB_THREAD_POLICY="off") == "None"
+
+
+def test_not_set_after_torch_is_loaded():
+    """OpenMP has read its environment by then: setting it would only mislead."""
+    assert policy_seen("import torch; " + PROBE) == "None"
+
+
+def test_the_kernel_install_points_at_rl_lab_kernel(tmp_path):
+    from rl_lab.kernel import install
+    folder = install(prefix=str(tmp_path))
+    spec = json.loads((folder / "kernel.json").read_text())
+    assert spec["argv"][:3] == [sys.executable, "-m", "rl_lab.kernel"] and "{connection_file}" in spec["argv"]
+    assert folder.is_relative_to(tmp_path)
+
+
+@pytest.mark.slow
+def test_a_lab_that_imports_torch_first_gets_the_policy_in_the_kernel(tmp_path):
+    """The labs' order (torch, then rl_lab) under the registered kernel: OpenMP sees PASSIVE."""
+    nbformat = pytest.importorskip("nbformat")
+    from nbclient import NotebookClient
+
+    from rl_lab.kernel import install
+    install(prefix=str(tmp_path))
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import os, torch\nimport rl_lab\nprint(os.environ.get('OMP_WAIT_POLICY'))")])
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "RL_LAB_THREAD_POLICY")}
+    old = dict(os.environ)
+    os.environ.clear()
+    os.environ.update({**env, "JUPYTER_PATH": str(tmp_path / "share" / "jupyter")})
+    try:
+        NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    assert nb.cells[0].outputs[0]["text"].strip() == "PASSIVE"
