@@ -78,7 +78,8 @@ MONITORS = {            # rl_lab name: what it is (shown in the timeline)
     "completions/mean_length": "mean completion length",
 }
 STEP_COLUMNS = ("step", "_step", "Step", "training/global_step", "global_step", "trainer/global_step")
-EXTRA_NAMES = {"critic/rewards/mean": "reward"}          # a fallback when critic/score/mean is absent
+EXTRA_NAMES = {"critic/rewards/mean": "reward",          # a fallback when critic/score/mean is absent
+               "actor/entropy_loss": "entropy"}         # older verl (May 2025 still) logged the mean entropy so
 
 
 # ----------------------------------------------------------------------------------- reading

@@ -677,10 +677,17 @@ loss_agg_mode, rl_lab's kl is a token mean.  verl's names come from its source (
 compute_data_metrics, the actor's rename_dict(..., "actor/"), marked_timer names)."""
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_RAY_PREFIX = re.compile(r"^\([^()]*\bpid=\d+[^()]*\)\s*")
+
+
 def parse_console_line(line: str) -> tuple[int, dict] | None:
     """One line of verl's console logger (`step:3 - key:value - ...`, verl.utils.logger.
-    aggregate_logger.concat_dict_to_str), or None for any other line."""
-    line = line.strip()
+    aggregate_logger.concat_dict_to_str), or None for any other line.  The line may carry what
+    Ray adds to an actor's stdout in a driver's or `ray job logs` output: colour codes and the
+    actor's prefix, `ESC[36m(TaskRunner pid=14640)ESC[0m step:101 - ...` (`main_task` in
+    older verl; `, ip=...` on a multi-node cluster)."""
+    line = _RAY_PREFIX.sub("", _ANSI.sub("", line).strip())
     m = re.match(r"^step:(\d+)( - |$)", line)
     if not m:
         return None
@@ -720,7 +727,8 @@ def read_verl_records(path: str | Path) -> list[tuple[int, dict]]:
                 records.append(parsed)
     if not records:
         raise ConfigError(f"{path} holds no verl metrics: expected the file logger's JSONL "
-                          "(trainer.logger=['console','file']) or console lines starting 'step:N - '")
+                          "(trainer.logger=['console','file']) or console lines 'step:N - key:value - ...' "
+                          "(Ray's '(TaskRunner pid=N)' prefix allowed)")
     return records
 
 
