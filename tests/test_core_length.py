@@ -4,29 +4,19 @@ The core is the page without its code cells, dropdowns (folded caveats, solution
 blocks, display maths, exercises and references.  BUDGET is the goal; chapters not there yet are
 listed in OVER with the count they had when they were listed: the test fails when one of them
 grows past that count (by more than 2%), and when one comes under BUDGET (then remove it from
-OVER).  `python tests/test_core_length.py` prints the table of words and reading times."""
-import re
+OVER).  `python tests/test_core_length.py` prints the table of words and reading times (tools/core_words.py,
+which the book's contributor page renders)."""
+import importlib.util
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = sorted((ROOT / "book").glob("ch*.md")) + [ROOT / "book" / "primer.md", ROOT / "book" / "my_run_collapsed.md"]
-BUDGET = 3500
-WORDS_PER_MINUTE = 200
+_spec = importlib.util.spec_from_file_location("core_words", ROOT / "tools" / "core_words.py")
+_cw = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_cw)
+PAGES, BUDGET, WORDS_PER_MINUTE, core_words = _cw.PAGES, _cw.BUDGET, _cw.WORDS_PER_MINUTE, _cw.core_words
 OVER: dict[str, int] = {}
-
-
-def core_words(text: str) -> int:
-    text = re.sub(r"\A---\n.*?\n---\n", "", text, flags=re.S)                        # front matter
-    text = re.sub(r"```\{code-cell\}.*?```", "", text, flags=re.S)                   # code cells
-    # dropdowns fenced with four backticks hold fenced blocks of their own (literalinclude, glue)
-    text = re.sub(r"````\{(?:admonition\}[^\n]*\n:class: dropdown|dropdown\}[^\n]*)\n.*?\n````", "", text, flags=re.S)
-    text = re.sub(r"```\{admonition\}[^\n]*\n:class: dropdown\n.*?\n```", "", text, flags=re.S)
-    text = re.sub(r"```.*?```", "", text, flags=re.S)                                # other fenced blocks
-    text = re.sub(r"\$\$.*?\$\$", " ", text, flags=re.S)                             # display maths
-    text = re.split(r"\n## (?:Exercises|References)\n", text)[0]
-    return len(re.findall(r"[A-Za-z][A-Za-z'-]*", text))
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[p.stem for p in PAGES])
@@ -50,6 +40,4 @@ def test_the_count_ignores_what_it_should():
 
 
 if __name__ == "__main__":
-    for p in PAGES:
-        w = core_words(p.read_text(encoding="utf-8"))
-        print(f"{p.stem:36s} {w:6d} words  {w / WORDS_PER_MINUTE:5.0f} min  {'over' if w > BUDGET else ''}")
+    print(_cw.table().to_string(index=False))
