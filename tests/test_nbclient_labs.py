@@ -21,12 +21,12 @@ one that captured a 2 MB print 16 times in 20.
 `outputs` itself: nothing is captured by the runner, so it sends nothing, and no wake-up can be lost.
 
 * `test_explorer_cells_never_wait_out_their_timeout` runs that worst case through `explorer` with
-  plain nbclient and a short cell timeout (~20 s; with `ipywidgets.interact` in place of
+  plain nbclient and a 15 s cell timeout (3 s in all; with `ipywidgets.interact` in place of
   `explorer` it fails: its cells wait out the timeout);
 * `test_every_lab_explorer_uses_the_helper`: no lab calls interact/interactive/an Output widget
   itself (static, instant);
-* `test_lab_runs_under_plain_nbclient` (slow, opt-in with RL_LAB_NBCLIENT_ALL=1, ~10-15 min for
-  all labs in smoke on 2 cores): every lab, one kernel each, as `jupyter execute` runs it.  In CI
+* `test_lab_runs_under_plain_nbclient` (slow, opt-in with RL_LAB_NBCLIENT_ALL=1; 13 min for
+  the 14 labs in smoke on 2 cores): every lab, one kernel each, as `jupyter execute` runs it.  In CI
   the book build is that run: myst-nb's `force` mode executes each lab with jupyter-cache's
   `single_nb_execution`, a plain `nbclient.execute` (tools/lab_stamp.py records it).
 """
