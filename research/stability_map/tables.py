@@ -457,6 +457,37 @@ def early_warning_facts(warn, runs, cross, split) -> dict:
             "alarmed_min_staleness": int(runs.loc[alarmed, "sampler_staleness"].min())}
 
 
+CURVES = {"fresh sampler": (("staleness_lr",), 0), "sampler 4 steps stale": (("staleness_lr", "corr_none"), 4),
+          "4 steps stale + bypass PPO-clip": (("corr_bypass_ppo_clip",), 4)}
+"""The three cells of the chapter's first figure: (specs, staleness); corr_none repeats map cells."""
+
+
+def reward_curves(ax=None):
+    """The chapter's first figure: the reward of the shipped runs (lr 5e-4, seeds 0-2) with a fresh
+    sampler, a 4-step-stale one and the stale one with bypass PPO-clip.  Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    from rl_lab.toolkits import collapse
+
+    series = pd.read_csv(HERE / "results" / "monitor_series.csv.gz")
+    smap = stability_map().drop_duplicates("run_id").set_index("run_id")
+    fig, ax = plt.subplots(figsize=(7.5, 3.8)) if ax is None else (ax.figure, ax)
+    for i, (label, (spec, stale)) in enumerate(CURVES.items()):
+        ids = smap.index[smap["spec"].isin(spec) & (smap["sampler_staleness"] == stale)
+                         & (smap["learning_rate"] == 5e-4) & (smap["seed"] <= 2)]
+        assert len(ids) == 3, (label, len(ids))
+        for j, rid in enumerate(ids):
+            d = series[series["run_id"] == rid].sort_values("step")
+            r = collapse.moving_average(d["reward"].to_numpy(float), collapse.WINDOW)
+            ax.plot(d["step"].to_numpy()[collapse.WINDOW - 1:], r, color=f"C{i}", lw=1.2,
+                    label=f"{label} ({len(ids)} seeds)" if j == 0 else None)
+    ax.set(xlabel="GRPO step", ylabel="reward (20-step moving average)", ylim=(0, 0.7),
+           title="0.3M model, addition, learning rate 5e-4")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
 def main() -> None:
     for name, table in [("staleness x lr", staleness_table()), ("stationary mismatches", stationary_table()),
                         ("long completions", long_table()), ("3M", size_table()),
