@@ -25,19 +25,11 @@ PLAN = ["lab01_first_rl_run", "lab_measure_your_mismatch", "lab03_token_vs_seque
 
 def run_lab(name: str, preset: str, timeout: int) -> float:
     nb = jupytext.read(ROOT / "labs" / f"{name}.md")
-    saved = {k: os.environ.get(k) for k in ("RL_LAB_PRESET",)}
     os.environ["RL_LAB_PRESET"] = preset                 # the kernel inherits it
-    try:
-        t0 = time.perf_counter()
-        NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                       resources={"metadata": {"path": str(ROOT / "labs")}}).execute()
-        return time.perf_counter() - t0
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    t0 = time.perf_counter()
+    NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                   resources={"metadata": {"path": str(ROOT / "labs")}}).execute()
+    return time.perf_counter() - t0
 
 
 def main() -> None:

@@ -37,7 +37,7 @@ def test_the_kernel_install_points_at_rl_lab_kernel(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_lab_that_imports_torch_first_gets_the_policy_in_the_kernel(tmp_path):
+def test_a_lab_that_imports_torch_first_gets_the_policy_in_the_kernel(tmp_path, monkeypatch):
     """The labs' order (torch, then rl_lab) under the registered kernel: OpenMP sees PASSIVE."""
     nbformat = pytest.importorskip("nbformat")
     from nbclient import NotebookClient
@@ -46,13 +46,8 @@ def test_a_lab_that_imports_torch_first_gets_the_policy_in_the_kernel(tmp_path):
     install(prefix=str(tmp_path))
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
         "import os, torch\nimport rl_lab\nprint(os.environ.get('OMP_WAIT_POLICY'))")])
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "RL_LAB_THREAD_POLICY")}
-    old = dict(os.environ)
-    os.environ.clear()
-    os.environ.update({**env, "JUPYTER_PATH": str(tmp_path / "share" / "jupyter")})
-    try:
-        NotebookClient(nb, timeout=120, kernel_name="python3").execute()
-    finally:
-        os.environ.clear()
-        os.environ.update(old)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("RL_LAB_THREAD_POLICY", raising=False)
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "share" / "jupyter"))   # the kernel just installed
+    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
     assert nb.cells[0].outputs[0]["text"].strip() == "PASSIVE"
