@@ -3,6 +3,7 @@
 
     rl-lab train --task addition --preset smoke --out runs/x
     rl-lab train --config my.yaml --set learning_rate=3e-4 --set sampler_dtype=bfloat16
+    rl-lab train --task multiplication_tool --set empg.k=2   # a nested config's knob (turns EMPG on)
     rl-lab train --out runs/x --resume          # continue a killed run (its saved config)
     rl-lab train --task addition --out runs/x --overwrite   # delete the run in runs/x, start over
     rl-lab plot runs/x                          # runs/x/metrics.png
@@ -85,7 +86,9 @@ def resume_config(args):
     fields.update({**given, **set_fields, "output_dir": str(args.out)})
     cfg = RLConfig.from_dict(fields)
     changes = config_changes(saved, cfg)
-    refused = {k: v for k, v in changes.items() if k not in set_fields}
+    deliberate = list(set_fields)     # "empg.k" covers empg.k, and empg when it turns EMPG on
+    refused = {k: v for k, v in changes.items()
+               if not any(k == s or s.startswith(k + ".") or k.startswith(s + ".") for s in deliberate)}
     if refused:
         what = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in refused.items())
         example = next(iter(refused))

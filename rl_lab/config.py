@@ -88,7 +88,11 @@ def _check_types(obj) -> None:
 
 
 class _Validated:
+    def _coerce(self):
+        """Nested configs from mappings (RLConfig); nothing elsewhere."""
+
     def __post_init__(self):
+        self._coerce()
         for f in dataclasses.fields(self):  # YAML reads "3e-4" as a string: accept it for a float
             value = getattr(self, f.name)
             if f.type in ("float", "float | None") and isinstance(value, str):
@@ -121,10 +125,11 @@ class _Validated:
 
 
 @dataclass
-class SamplingConfig(_Validated):
-    """How the rollout engine samples (the behaviour policy mu).  The sampler's precision is not
-    here: it belongs to the engine (`HFEngine`/`VLLMEngine(dtype=...)`, from RLConfig.sampler_dtype)."""
-    max_completion_length: int = 16
+class _SamplingFields:
+    """How the rollout engine samples (the behaviour policy mu), declared once: SamplingConfig is
+    these fields alone, what an engine's generate() takes; RLConfig has them at its top level under
+    TRL's GRPOConfig names and builds a SamplingConfig with `RLConfig.sampling()`."""
+    max_completion_length: int | None = None
     """Maximum number of generated tokens per completion (TRL's name)."""
     temperature: float = 1.0
     top_p: float = 1.0
@@ -132,12 +137,14 @@ class SamplingConfig(_Validated):
     top_k: int = 0
     """Keep only the k most likely tokens; 0 turns it off."""
     min_p: float = 0.0
-    """Keep only tokens with p >= min_p * p_max (vLLM's min_p); 0 turns it off."""
+    """Sampler-only truncation: keep only tokens with p >= min_p * p_max (vLLM's min_p; the trainer
+    does not truncate); 0 turns it off."""
     min_tokens: int = 0
-    """<eos> cannot be sampled before this many tokens (vLLM's min_tokens, HF's min_new_tokens);
-    0 turns it off.  max_completion_length = min_tokens forces every completion to that length."""
+    """<eos> cannot be sampled before this many tokens (vLLM's min_tokens, HF's min_new_tokens): it
+    is removed from mu there, not from pi.  max_completion_length = min_tokens forces every
+    completion to that length (benchmarks at a fixed length); 0 turns it off."""
 
-    def validate(self):
+    def _validate_sampling(self):
         _check_range(self, "max_completion_length", lo=1)
         _check_min_tokens(self)
         _check_range(self, "temperature", lo=0, lo_open=True)
@@ -147,8 +154,141 @@ class SamplingConfig(_Validated):
 
 
 @dataclass
-class RLConfig(_Validated):
-    """Everything one RL run needs.  `Trainer(RLConfig(...)).train()` runs it."""
+class SamplingConfig(_SamplingFields, _Validated):
+    """The sampling fields an engine's generate() takes.  The sampler's precision is not here: it
+    belongs to the engine (`HFEngine`/`VLLMEngine(dtype=...)`, from RLConfig.sampler_dtype)."""
+    max_completion_length: int = 16
+
+    def validate(self):
+        self._validate_sampling()
+
+
+# ------------------------------------------------------------------ per-method configs
+# A method with knobs has its own config, nested in RLConfig under the method's name and None when
+# the method is off: `RLConfig(empg=EMPGConfig(k=2))`, `empg={"k": 2}` or `empg=True` (its
+# defaults) in Python and YAML, `--set empg.k=2` on the command line (which turns EMPG on).  A
+# method without knobs is a bool (mask_void_turns, skip_zero_spread_steps, tool_token_stats).
+
+
+@dataclass
+class DVPConfig(_Validated):
+    """Dynamic Vocabulary Pruning (chapter 6; rl_lab.algos.token_masks.DVP): sampler and trainer
+    both keep only the tokens with p >= min_p * p_max in their own distribution."""
+    min_p: float = 1e-3
+    """The safe set's threshold relative to the most likely token (rl_lab's reading; the paper's
+    exact rule was not available)."""
+
+    def validate(self):
+        _check_range(self, "min_p", lo=0, hi=1, lo_open=True, hi_open=True)
+
+
+@dataclass
+class FilterGroupsConfig(_Validated):
+    """DAPO's dynamic sampling (verl's algorithm.filter_groups; rl_lab.algos.zero_spread): draw
+    max_num_gen_batches x prompts_per_step prompts and train on the first prompts_per_step groups
+    whose rewards differ; skip the step when none do (filter/groups_kept, filter/groups_drawn)."""
+    max_num_gen_batches: int = 3
+    """How many batches of prompts_per_step prompts a step may draw (verl's name; rl_lab draws them
+    in one rollout)."""
+
+    def validate(self):
+        _check_range(self, "max_num_gen_batches", lo=1)
+
+
+@dataclass
+class EMPGConfig(_Validated):
+    """EMPG (rl_lab.algos.empg): scale each model turn's advantage by g(H) = exp(-k H~) / batch mean
+    (H~: the turn's mean token entropy, min-max normalised over the batch), add zeta times the next
+    turn's clarity exp(-k_f H~_next), and whiten over the batch's tokens as `normalize` says."""
+    k: float = 1.0
+    """max g / min g <= e^k."""
+    k_f: float = 1.0
+    """The future-clarity bonus's sharpness."""
+    zeta: float = 0.1
+    """The weight of the future-clarity bonus (0: the scaling alone)."""
+    normalize: str = "sum"
+    """Where the whitening sits (the source's text was not available; both readings): "sum" whitens
+    g A + zeta f (a batch without reward spread still gets a unit-size push from the bonus);
+    "scaled_advantage" whitens g A, then adds zeta f (the bonus keeps its size, at most zeta);
+    "none" whitens nothing."""
+
+    def validate(self):
+        _check_range(self, "k", lo=0, lo_open=True)
+        _check_range(self, "k_f", lo=0)
+        _check_range(self, "zeta", lo=0)
+        _check_choice(self, "normalize", EMPG_NORMALIZE)
+
+
+@dataclass
+class ImitationConfig(_Validated):
+    """Hybrid RL/IL (rl_lab.algos.hybrid.Imitation): add coef times the imitation loss, the mean NLL
+    of the task's own demonstrations for the step's prompts (the warm start's SFT loss)."""
+    coef: float = 0.1
+
+    def validate(self):
+        _check_range(self, "coef", lo=0, lo_open=True)
+
+
+@dataclass
+class TeacherKLConfig(_Validated):
+    """Hybrid RL/IL (rl_lab.algos.hybrid.TeacherKL): add coef times the exact per-token
+    KL(pi || teacher) over the vocabulary on the model's own tokens (the note's dense gradient)."""
+    model: str | None = None
+    """The teacher: "warm-start", a size preset or a local path (as RLConfig.model); it must share
+    the policy's tokenizer."""
+    coef: float = 0.1
+
+    def validate(self):
+        if not self.model:
+            raise ConfigError("TeacherKLConfig.model is not set: name the teacher, e.g. teacher_kl={model: "
+                              "warm-start} (the task's shipped checkpoint) or a local model path")
+        _check_range(self, "coef", lo=0, lo_open=True)
+
+
+@dataclass
+class LengthTriggeredConfig(_Validated):
+    """The length-triggered schedule (chapter 7; rl_lab.schedules): halve the learning rate every
+    decay_period_factor x (surge step) steps once the mean completion length surges.  Filled with
+    its defaults when lr_scheduler_type is "length_triggered"."""
+    baseline_steps: int = 50
+    """The baseline length is the mean over this many first steps."""
+    surge_factor: float = 3.0
+    """A surge is a step whose mean length exceeds this multiple of the baseline."""
+    decay_period_factor: float = 1.8
+    """The decay period is this multiple of the surge step."""
+    min_lr_ratio: float = 0.1
+    """The learning rate never falls below this fraction of learning_rate (verl's name)."""
+
+    def validate(self):
+        _check_range(self, "baseline_steps", lo=1)
+        _check_range(self, "surge_factor", lo=1, lo_open=True)
+        _check_range(self, "decay_period_factor", lo=0, lo_open=True)
+        _check_range(self, "min_lr_ratio", lo=0, hi=1, lo_open=True)
+
+
+METHOD_CONFIGS: dict[str, type] = {"dvp": DVPConfig, "filter_groups": FilterGroupsConfig, "empg": EMPGConfig,
+                                   "imitation": ImitationConfig, "teacher_kl": TeacherKLConfig,
+                                   "length_triggered": LengthTriggeredConfig}
+"""RLConfig's nested configs by field name."""
+
+LEGACY_FIELDS: dict[str, tuple[str, str]] = {
+    "dvp_min_p": ("dvp", "min_p"), "max_num_gen_batches": ("filter_groups", "max_num_gen_batches"),
+    "empg_k": ("empg", "k"), "empg_k_f": ("empg", "k_f"), "empg_zeta": ("empg", "zeta"),
+    "empg_normalize": ("empg", "normalize"), "il_coef": ("imitation", "coef"),
+    "teacher_kl_coef": ("teacher_kl", "coef"), "teacher_model": ("teacher_kl", "model"),
+    "length_baseline_steps": ("length_triggered", "baseline_steps"),
+    "length_surge_factor": ("length_triggered", "surge_factor"),
+    "lr_decay_period_factor": ("length_triggered", "decay_period_factor"),
+    "min_lr_ratio": ("length_triggered", "min_lr_ratio")}
+"""The flat fields of rl_lab before the nested configs (config.yaml files of earlier runs): read
+with a ConfigWarning into their nested place."""
+
+
+@dataclass
+class RLConfig(_SamplingFields, _Validated):
+    """Everything one RL run needs.  `Trainer(RLConfig(...)).train()` runs it.  The sampling fields
+    (max_completion_length, temperature, top_p, top_k, min_p, min_tokens) come from _SamplingFields;
+    a method with knobs has a nested config (see DVPConfig and below), None when it is off."""
     # --- task and model --------------------------------------------------------------
     task: str = "addition"
     """Task name (see `rl_lab.tasks.TASKS`)."""
@@ -163,13 +303,8 @@ class RLConfig(_Validated):
     per_device_train_batch_size = prompts_per_step * num_generations)."""
     num_generations: int = 8
     """Completions per prompt: the group size G."""
-    max_completion_length: int | None = None
-    """Tokens per completion (a whole episode on a tool task).  None: 8, or a tool task's longest
-    episode (call, tool output, answer, <eos>); set when the config is built, so the Python API
-    and the CLI give the same default."""
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
+    # max_completion_length: None means 8, or a tool task's longest episode (call, tool output,
+    # answer, <eos>), set when the config is built, so the Python API and the CLI agree.
     sampler_dtype: str = "float32"
     """Precision of the rollout engine (bfloat16 makes a real training-inference mismatch)."""
     use_vllm: bool = False
@@ -189,11 +324,6 @@ class RLConfig(_Validated):
     sampler_temperature: float | None = None
     """The sampler divides its logits by this (on top of `temperature`); the trainer does not know
     it and scores at `temperature` (a temperature set in the inference engine only).  None: off."""
-    min_p: float = 0.0
-    """Sampler-only truncation: keep tokens with p >= min_p * p_max (the trainer does not)."""
-    min_tokens: int = 0
-    """The sampler cannot end a completion before this many tokens (vLLM's min_tokens): <eos> is
-    removed from mu there, not from pi.  For benchmarks at a fixed completion length; 0: off."""
     # --- advantages and loss ------------------------------------------------------------
     advantage_estimator: str = "grpo"
     """verl's names: grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline,
@@ -234,41 +364,18 @@ class RLConfig(_Validated):
     """No optimizer step when every group's rewards are equal (the policy gradient is then 0, but
     AdamW's moments would still move the weights); counted as filter/zero_spread_skipped
     (rl_lab.algos.zero_spread)."""
-    filter_groups: bool = False
-    """DAPO's dynamic sampling (verl's algorithm.filter_groups): draw max_num_gen_batches x
-    prompts_per_step prompts and train on the first prompts_per_step groups whose rewards differ;
-    skip the step when none do (filter/groups_kept, filter/groups_drawn)."""
-    max_num_gen_batches: int = 3
-    """With filter_groups: how many batches of prompts_per_step prompts a step may draw (verl's name;
-    rl_lab draws them in one rollout)."""
+    filter_groups: FilterGroupsConfig | None = None
+    """DAPO's dynamic sampling (FilterGroupsConfig); None: off."""
     tool_token_stats: bool = False
     """Log SimpleTIR's measurement of a multi-turn batch at every step (tir/...: the share of sampled
     tokens with pi < 0.1 and their logit gradient norm |A| ||e_y - pi||, right after a tool output vs
     elsewhere; rl_lab.algos.simpletir).  Keeps pi's (B, T, V) log-probs for the step."""
-    empg: bool = False
-    """EMPG (rl_lab.algos.empg): scale each model turn's advantage by g(H) = exp(-k H~) / batch mean
-    (H~: the turn's mean token entropy, min-max normalised over the batch), add empg_zeta times the
-    next turn's clarity exp(-k_f H~_next), and whiten over the batch's tokens as empg_normalize says."""
-    empg_normalize: str = "sum"
-    """Where EMPG's whitening sits (the source's text was not available; both readings): "sum"
-    whitens g A + zeta f (a batch without reward spread still gets a unit-size push from the bonus);
-    "scaled_advantage" whitens g A, then adds zeta f (the bonus keeps its size, at most zeta);
-    "none" whitens nothing."""
-    empg_k: float = 1.0
-    """EMPG's k: max g / min g <= e^k."""
-    empg_k_f: float = 1.0
-    """EMPG's k_f, the future-clarity bonus's sharpness."""
-    empg_zeta: float = 0.1
-    """EMPG's zeta, the weight of the future-clarity bonus (0: the scaling alone)."""
-    il_coef: float = 0.0
-    """Hybrid RL/IL (rl_lab.algos.hybrid): add il_coef times the imitation loss, the mean NLL of the
-    task's own demonstrations for the step's prompts (the warm start's SFT loss); 0: off."""
-    teacher_kl_coef: float = 0.0
-    """Hybrid RL/IL: add teacher_kl_coef times the exact per-token KL(pi || teacher) over the
-    vocabulary on the model's own tokens (the note's dense gradient); 0: off.  Needs teacher_model."""
-    teacher_model: str | None = None
-    """The teacher for teacher_kl_coef: "warm-start", a size preset or a local path (as `model`);
-    it must share the policy's tokenizer."""
+    empg: EMPGConfig | None = None
+    """Entropy-modulated advantages per model turn (EMPGConfig); None: off."""
+    imitation: ImitationConfig | None = None
+    """Hybrid RL/IL: an imitation (NLL) term on the task's demonstrations (ImitationConfig); None: off."""
+    teacher_kl: TeacherKLConfig | None = None
+    """Hybrid RL/IL: a dense per-token KL to a teacher model (TeacherKLConfig); None: off."""
     # --- off-policy correction hook (rl_lab.corrections; verl's rollout_correction) -------
     rollout_is: str | None = None
     """Importance weights pi/mu between trainer and sampler: None, "token" or "sequence"."""
@@ -286,9 +393,8 @@ class RLConfig(_Validated):
     bypass_mode: bool = False
     """False: decoupled PPO with three policies (mu, pi_old, pi_theta); True: pi_old := mu, and
     weights and masks are recomputed from pi_theta/mu at every iteration (verl's bypass_mode)."""
-    dvp_min_p: float = 0.0
-    """Dynamic Vocabulary Pruning: sampler and trainer both keep only tokens with
-    p >= dvp_min_p * p_max in their own distribution (0 turns it off)."""
+    dvp: DVPConfig | None = None
+    """Dynamic Vocabulary Pruning in sampler and trainer (DVPConfig); None: off."""
     # --- optimisation -------------------------------------------------------------------
     learning_rate: float = 5e-5
     """Tuned for the shipped 0.3M warm starts: 1e-4 already degrades them, 1e-3 collapses them.
@@ -299,17 +405,11 @@ class RLConfig(_Validated):
     max_grad_norm: float = 1.0
     lr_scheduler_type: str = "constant"
     """constant, linear, cosine (to 0 at max_steps), or length_triggered: halve the learning rate
-    every lr_decay_period_factor x (surge step) steps once the mean completion length surges
-    (rl_lab.schedules; chapter 7)."""
+    once the mean completion length surges (rl_lab.schedules; chapter 7; knobs in length_triggered)."""
     warmup_steps: int = 0
-    length_baseline_steps: int = 50
-    """length_triggered: the baseline length is the mean over this many first steps."""
-    length_surge_factor: float = 3.0
-    """length_triggered: a surge is a step whose mean length exceeds this multiple of the baseline."""
-    lr_decay_period_factor: float = 1.8
-    """length_triggered: the decay period is this multiple of the surge step."""
-    min_lr_ratio: float = 0.1
-    """length_triggered: the learning rate never falls below this fraction of learning_rate (verl's name)."""
+    length_triggered: LengthTriggeredConfig | None = None
+    """The length-triggered schedule's knobs (LengthTriggeredConfig); set to its defaults when
+    lr_scheduler_type is length_triggered, and read only then."""
     # --- run ----------------------------------------------------------------------------
     max_steps: int = 200
     seed: int = 0
@@ -339,12 +439,10 @@ class RLConfig(_Validated):
             raise ConfigError(f"RLConfig.task_kwargs={self.task_kwargs!r}: {e}") from e
         self._validate_episodes(task)
         self._warn_inert()
-        for name in ("prompts_per_step", "max_completion_length", "num_iterations", "max_steps"):
+        for name in ("prompts_per_step", "num_iterations", "max_steps"):
             _check_range(self, name, lo=1)
         _check_range(self, "num_generations", lo=2)
-        _check_range(self, "temperature", lo=0, lo_open=True)
-        _check_range(self, "top_p", lo=0, hi=1, lo_open=True)
-        _check_range(self, "top_k", lo=0)
+        self._validate_sampling()
         _check_choice(self, "sampler_dtype", DTYPES)
         _check_choice(self, "sampler_quantization", SAMPLER_QUANTIZATION)
         _check_range(self, "sampler_staleness", lo=0)
@@ -362,9 +460,6 @@ class RLConfig(_Validated):
             if self.rollout_rs is not None and "_kl" in self.rollout_rs:
                 raise ConfigError(f"rollout_rs={self.rollout_rs!r} needs the sampler's full distributions, "
                                   "which vLLM does not return; use a k1/k2/k3 option or use_vllm=False")
-        _check_range(self, "min_p", lo=0, hi=1, hi_open=True)
-        _check_min_tokens(self)
-        _check_range(self, "dvp_min_p", lo=0, hi=1, hi_open=True)
         _check_choice(self, "advantage_estimator", ADV_ESTIMATORS)
         _check_range(self, "gamma", lo=0, hi=1)
         _check_choice(self, "scale_rewards", SCALE_REWARDS)
@@ -376,19 +471,6 @@ class RLConfig(_Validated):
         if self.clip_ratio_c is not None:
             _check_range(self, "clip_ratio_c", lo=1, lo_open=True)
         _check_range(self, "beta", lo=0)
-        _check_range(self, "empg_k", lo=0, lo_open=True)
-        _check_range(self, "empg_k_f", lo=0)
-        _check_range(self, "empg_zeta", lo=0)
-        _check_choice(self, "empg_normalize", EMPG_NORMALIZE)
-        _check_range(self, "max_num_gen_batches", lo=1)
-        if not isinstance(self.max_num_gen_batches, int):
-            raise ConfigError(f"RLConfig.max_num_gen_batches={self.max_num_gen_batches!r} must be an integer (e.g. 3)")
-        _check_range(self, "il_coef", lo=0)
-        _check_range(self, "teacher_kl_coef", lo=0)
-        if self.teacher_kl_coef > 0 and not self.teacher_model:
-            raise ConfigError(f"RLConfig.teacher_kl_coef={self.teacher_kl_coef} needs a teacher: set teacher_model "
-                              "(\"warm-start\" for the task's shipped checkpoint, or a local model path), "
-                              "or set teacher_kl_coef=0")
         self._validate_correction()
         _check_range(self, "learning_rate", lo=0)   # 0 freezes the policy: a paired control run
         _check_range(self, "adam_beta1", lo=0, hi=1, hi_open=True)
@@ -396,10 +478,6 @@ class RLConfig(_Validated):
         _check_range(self, "weight_decay", lo=0)
         _check_range(self, "max_grad_norm", lo=0, lo_open=True)
         _check_choice(self, "lr_scheduler_type", SCHEDULERS)
-        _check_range(self, "length_baseline_steps", lo=1)
-        _check_range(self, "length_surge_factor", lo=1, lo_open=True)
-        _check_range(self, "lr_decay_period_factor", lo=0, lo_open=True)
-        _check_range(self, "min_lr_ratio", lo=0, hi=1, lo_open=True)
         for name in ("warmup_steps", "save_steps", "eval_steps", "seed"):
             _check_range(self, name, lo=0)
         _check_range(self, "eval_prompts", lo=1)
@@ -408,16 +486,14 @@ class RLConfig(_Validated):
             raise ConfigError("RLConfig.save_steps > 0 needs output_dir (where to write checkpoints)")
 
     INERT = (
-        (("empg_k", "empg_k_f", "empg_zeta", "empg_normalize"), lambda c: not c.empg, "empg is off"),
-        (("max_num_gen_batches",), lambda c: not c.filter_groups, "filter_groups is off"),
-        (("teacher_model",), lambda c: c.teacher_kl_coef == 0, "teacher_kl_coef is 0"),
         (("rollout_is_threshold", "rollout_is_batch_normalize"), lambda c: c.rollout_is is None, "rollout_is is None"),
         (("rollout_rs_threshold",), lambda c: c.rollout_rs is None, "rollout_rs is None"),
-        (("length_baseline_steps", "length_surge_factor", "lr_decay_period_factor", "min_lr_ratio"),
-         lambda c: c.lr_scheduler_type != "length_triggered", "lr_scheduler_type is not length_triggered"),
+        (("length_triggered",), lambda c: c.lr_scheduler_type != "length_triggered",
+         "lr_scheduler_type is not length_triggered"),
     )
     """Fields that only one option reads: (fields, "that option is off", why).  Setting one away
-    from its default while the option is off is a ConfigWarning, not a silent no-op."""
+    from its default while the option is off is a ConfigWarning, not a silent no-op.  (A method's
+    own knobs cannot be inert: they live in its nested config, which is None when it is off.)"""
 
     def _warn_inert(self):
         import warnings
@@ -464,10 +540,93 @@ class RLConfig(_Validated):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"RLConfig.{name}={getattr(self, name)!r} must be True or False")
 
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as plain data (nested configs as mappings), in reading order: the sampling
+        fields after num_generations, as in a run's config.yaml."""
+        d = dataclasses.asdict(self)
+        sampling = [f.name for f in dataclasses.fields(_SamplingFields)]
+        rest = [k for k in d if k not in sampling]
+        at = rest.index("num_generations") + 1
+        return {k: d[k] for k in rest[:at] + sampling + rest[at:]}
+
     def sampling(self) -> SamplingConfig:
-        return SamplingConfig(max_completion_length=self.max_completion_length,
-                              temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
-                              min_p=max(self.min_p, self.dvp_min_p), min_tokens=self.min_tokens)
+        """The engine's SamplingConfig: the sampling fields, with DVP's threshold as the sampler's
+        min_p when it is higher (DVP prunes the sampler too)."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(_SamplingFields)}
+        fields["min_p"] = max(self.min_p, self.dvp.min_p if self.dvp else 0.0)
+        return SamplingConfig(**fields)
+
+    # ------------------------------------------------------------------ nested configs
+    def _coerce(self):
+        """Each nested config from what the caller gave: an instance, a mapping of its fields, True
+        (its defaults) or False/None (off); the length-triggered knobs filled in when that schedule
+        is chosen."""
+        for name, kind in METHOD_CONFIGS.items():
+            value = getattr(self, name)
+            if value is True or (isinstance(value, dict) and not isinstance(value, bool)):
+                try:
+                    value = kind.from_dict({} if value is True else value)
+                except ConfigError as e:
+                    raise ConfigError(f"RLConfig.{name}: {e}") from e
+            elif value is False:
+                value = None
+            elif value is not None and not isinstance(value, kind):
+                raise ConfigError(f"RLConfig.{name}={value!r}: give {kind.__name__}(...), a mapping of its fields "
+                                  f"(e.g. {{{next(iter(f.name for f in dataclasses.fields(kind)))}: ...}}), "
+                                  f"true for its defaults, or null (off)")
+            setattr(self, name, value)
+        if self.lr_scheduler_type == "length_triggered" and self.length_triggered is None:
+            self.length_triggered = LengthTriggeredConfig()
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]):
+        """An RLConfig from a mapping (YAML, a sweep grid, the CLI's --set).  A dotted key sets one
+        knob of a nested config and turns its method on ("empg.k": 2); the flat names of earlier
+        versions (LEGACY_FIELDS, e.g. empg_k) are read into their nested place with a ConfigWarning."""
+        return super().from_dict(_nest(_from_legacy(dict(d))))
+
+
+def _from_legacy(d: dict) -> dict:
+    """Earlier versions' flat method fields (LEGACY_FIELDS) into their nested configs, where that
+    method was on (the others were inert, and go); one ConfigWarning names the renames."""
+    old = {k: d.pop(k) for k in list(d) if k in LEGACY_FIELDS}
+    if not old:
+        return d
+    import warnings
+
+    from rl_lab.errors import ConfigWarning
+
+    def positive(key):
+        value = old.get(key)
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    on = {"dvp": positive("dvp_min_p"), "imitation": positive("il_coef"), "teacher_kl": positive("teacher_kl_coef"),
+          "filter_groups": bool(d.get("filter_groups")), "empg": bool(d.get("empg")),
+          "length_triggered": d.get("lr_scheduler_type") == "length_triggered"}
+    for key, value in old.items():
+        method, knob = LEGACY_FIELDS[key]
+        if on[method]:
+            nested = d.get(method)
+            d[method] = {**(nested if isinstance(nested, dict) else {}), knob: value}
+    warnings.warn("RLConfig fields of an earlier rl_lab read into nested configs: "
+                  + ", ".join(f"{k} -> {'.'.join(LEGACY_FIELDS[k])}" for k in old)
+                  + " (write them that way; an option that was off is left off)", ConfigWarning, stacklevel=4)
+    return d
+
+
+def _nest(d: dict) -> dict:
+    """{"empg.k": 2} -> {"empg": {"k": 2}}, merged into what `d` gives the nested config."""
+    for key in [k for k in d if isinstance(k, str) and "." in k]:
+        name, knob = key.split(".", 1)
+        if name not in METHOD_CONFIGS:
+            raise ConfigError(f"RLConfig field {key!r}: only a nested config takes a dotted key "
+                              f"({sorted(METHOD_CONFIGS)}); write {name!r} without a dot")
+        nested = d.get(name)
+        if nested is False:
+            raise ConfigError(f"RLConfig: {name}=false (off) and {key} both given; drop one")
+        if dataclasses.is_dataclass(nested):
+            nested = dataclasses.asdict(nested)
+        d[name] = {**(nested if isinstance(nested, dict) else {}), knob: d.pop(key)}
+    return d
 
 
 @dataclass

@@ -452,7 +452,7 @@ CORRECTION_PRESETS: dict[str, dict] = {
                                        None, **_BYPASS_PPO, **_TOKEN_TIS, rollout_rs="token_k1,seq_max_k2",
                                        rollout_rs_threshold="0.6_1.6,2.5"),
     "DVP": _preset("Li et al. 2025, Dynamic Vocabulary Pruning (safe set p >= 1e-3 p_max: rl_lab's "
-                   "reading; the paper's exact rule was not available)", None, dvp_min_p=1e-3),
+                   "reading; the paper's exact rule was not available)", None, dvp={"min_p": 1e-3}),
 }
 
 

@@ -7,5 +7,5 @@ class ConfigError(ValueError):
 
 
 class ConfigWarning(UserWarning):
-    """A configuration value has no effect under the other options (e.g. empg_k with EMPG off);
+    """A configuration value has no effect under the other options (e.g. rollout_rs_threshold with rollout_rs None);
     the message names the field and the option that would use it."""

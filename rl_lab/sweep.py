@@ -44,6 +44,7 @@ Chapter "When speed kills stability" (book/ch_when_speed_kills.md) and research/
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import io
 import itertools
@@ -125,6 +126,15 @@ def _fmt(value) -> str:
     if isinstance(value, (dict, list)):
         return json.dumps(value, sort_keys=True, separators=(",", ":"))
     return str(value)
+
+
+def _field(config: RLConfig, key: str):
+    """A grid axis's value in a built config: a field, or a nested config's knob ("empg.k"); a
+    nested config as a mapping."""
+    value = config
+    for part in key.split("."):
+        value = getattr(value, part) if value is not None else None
+    return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
 
 
 def run_id(config: RLConfig) -> str:
@@ -235,7 +245,7 @@ def plan_sweep(spec, out: str | Path | None = None) -> Sweep:
                     check_model_spec(cfg.model, cfg.task)
             except ConfigError as e:
                 raise ConfigError(f"sweep run {name}: {e}") from None
-            typed = {k: getattr(cfg, k) for k in keys}          # YAML's "5e-5" -> 5e-05
+            typed = {k: _field(cfg, k) for k in keys}           # YAML's "5e-5" -> 5e-05
             name = ",".join([f"{k}={_fmt(v)}" for k, v in typed.items()] + [f"seed={seed}"])
             if rid in seen:
                 raise ConfigError(f"sweep runs {seen[rid]} and {name} have the same configuration")

@@ -33,6 +33,7 @@ from rl_lab.algos.grpo import aggregate_loss, sequence_logprobs
 from rl_lab.algos.method import StepState
 from rl_lab.algos.methods import build_methods
 from rl_lab.algos.modes import bypass_policy_loss, decoupled_policy_loss
+from rl_lab.algos.token_masks import DVP
 from rl_lab.algos.trloo import turn_group_metrics
 from rl_lab.config import ConfigError, RLConfig, SamplingConfig
 from rl_lab.corrections import rollout_correction, token_kl
@@ -106,8 +107,15 @@ def config_changes(saved: dict, config: RLConfig) -> dict[str, tuple]:
     except (ConfigError, TypeError):
         before = dict(saved)
     now = config.to_dict()
-    return {k: (before[k], now[k]) for k in now
-            if k != "output_dir" and k in saved and before[k] != now[k]}
+    changes = {}
+    for k in now:
+        if k == "output_dir" or k not in before or before[k] == now[k]:
+            continue
+        if isinstance(before[k], dict) and isinstance(now[k], dict) and k != "task_kwargs":   # a nested config
+            changes.update({f"{k}.{n}": (before[k].get(n), v) for n, v in now[k].items() if before[k].get(n) != v})
+        else:
+            changes[k] = (before[k], now[k])
+    return changes
 
 
 def call_reward_funcs(reward_funcs, prompts, completions, completion_ids, columns):
@@ -224,8 +232,9 @@ class Trainer:
         if cfg.lr_scheduler_type == "cosine":
             return 0.5 * (1 + math.cos(math.pi * min(frac, 1.0)))
         if cfg.lr_scheduler_type == "length_triggered":   # from the lengths of the steps before this one
-            return length_triggered_lr_factor(step, self.mean_lengths, cfg.length_baseline_steps, cfg.length_surge_factor,
-                                              cfg.lr_decay_period_factor, cfg.min_lr_ratio)
+            lt = cfg.length_triggered
+            return length_triggered_lr_factor(step, self.mean_lengths, lt.baseline_steps, lt.surge_factor,
+                                              lt.decay_period_factor, lt.min_lr_ratio)
         return 1.0
 
     # ------------------------------------------------------------------ one step
@@ -370,7 +379,7 @@ class Trainer:
         cfg = self.config
         keep_all = self._needs_full_logprobs()
         out = sequence_logprobs(self.model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
-                                cfg.temperature, with_entropy=full, dvp_min_p=cfg.dvp_min_p, return_all=keep_all,
+                                cfg.temperature, with_entropy=full, dvp_min_p=DVP.min_p(cfg), return_all=keep_all,
                                 share_prefix=cfg.share_prefix)
         out = out if isinstance(out, tuple) else (out,)
         out = out if keep_all else (*out, None)

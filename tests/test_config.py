@@ -115,19 +115,112 @@ def test_min_tokens_reaches_the_sampler_and_cannot_exceed_the_length():
 
 
 def test_a_field_without_effect_is_a_warning():
-    """empg_k with EMPG off, a threshold without its correction: said, not silently ignored."""
+    """A threshold without its correction, the length-triggered knobs under another schedule: said,
+    not silently ignored.  (A method's own knobs live in its nested config, None when it is off.)"""
     import warnings
 
     from rl_lab.errors import ConfigWarning
-    with pytest.warns(ConfigWarning, match=r"empg_k=2.0 has no effect: empg is off"):
-        RLConfig(empg_k=2.0)
     with pytest.warns(ConfigWarning, match=r"rollout_rs_threshold='0.5_2' has no effect: rollout_rs is None"):
         RLConfig(rollout_rs_threshold="0.5_2")
-    with pytest.warns(ConfigWarning, match="length_surge_factor"):
-        RLConfig(length_surge_factor=2.0)
+    with pytest.warns(ConfigWarning, match="length_triggered=.* has no effect"):
+        RLConfig(length_triggered={"surge_factor": 2.0})
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConfigWarning)       # the option on, or the default: no warning
-        RLConfig(empg=True, empg_k=2.0, task="multiplication_tool")
+        RLConfig(empg={"k": 2.0}, task="multiplication_tool")
         RLConfig(rollout_is="token", rollout_is_threshold=3.0)
-        RLConfig(lr_scheduler_type="length_triggered", length_surge_factor=2.0)
+        RLConfig(lr_scheduler_type="length_triggered", length_triggered={"surge_factor": 2.0})
         RLConfig()
+
+
+def test_a_method_with_knobs_has_a_nested_config_that_is_none_when_off():
+    from rl_lab.config import METHOD_CONFIGS, EMPGConfig
+    cfg = RLConfig()
+    assert all(getattr(cfg, name) is None for name in METHOD_CONFIGS)
+    assert RLConfig(empg=True).empg == EMPGConfig()                       # true: its defaults
+    assert RLConfig(empg={"k": 2.0}).empg == EMPGConfig(k=2.0)             # a mapping of its fields
+    assert RLConfig(empg=EMPGConfig(zeta=0.0)).empg.zeta == 0.0           # an instance
+    assert RLConfig(empg=False).empg is None
+    d = RLConfig(empg={"k": 2.0}).to_dict()
+    assert d["empg"] == {"k": 2.0, "k_f": 1.0, "zeta": 0.1, "normalize": "sum"} and d["dvp"] is None
+    assert RLConfig.from_dict(d) == RLConfig(empg={"k": 2.0})              # config.yaml round trip
+    with pytest.raises(ConfigError, match=r"RLConfig.empg=3: give EMPGConfig\(...\)"):
+        RLConfig(empg=3)
+    with pytest.raises(ConfigError, match=r"unknown EMPGConfig field\(s\) \['kk'\]"):
+        RLConfig(empg={"kk": 2.0})
+
+
+def test_a_dotted_key_sets_one_knob_and_turns_the_method_on():
+    cfg = RLConfig.from_dict({"empg.k": 3.0, "empg.zeta": 0.0, "dvp.min_p": 0.05})
+    assert (cfg.empg.k, cfg.empg.zeta, cfg.empg.normalize, cfg.dvp.min_p) == (3.0, 0.0, "sum", 0.05)
+    assert RLConfig.from_dict({"empg": {"k": 2.0}, "empg.zeta": 0.5}).empg.k == 2.0     # merged
+    with pytest.raises(ConfigError, match="only a nested config takes a dotted key"):
+        RLConfig.from_dict({"learning_rate.x": 1})
+    with pytest.raises(ConfigError, match="empg=false .off. and empg.k both given"):
+        RLConfig.from_dict({"empg": False, "empg.k": 2.0})
+
+
+def test_the_cli_sets_a_nested_knob(tmp_path):
+    import argparse
+
+    from rl_lab.cli import build_config
+    (tmp_path / "c.yaml").write_text("task: multiplication_tool\nempg: {normalize: scaled_advantage}\n")
+    args = argparse.Namespace(config=str(tmp_path / "c.yaml"), task=None, seed=None, out=None, preset="smoke",
+                              set=["empg.k=2", "model=0.3M"])
+    cfg = build_config(args)
+    assert (cfg.empg.k, cfg.empg.normalize) == (2, "scaled_advantage")
+
+
+def test_the_flat_fields_of_earlier_versions_are_read_with_a_warning():
+    """A config.yaml written before the nested configs (every field, defaults included) still
+    loads, so an old run resumes; a method that was off stays off."""
+    from rl_lab.config import LEGACY_FIELDS
+    from rl_lab.errors import ConfigWarning
+    old = {**{k: v for k, v in RLConfig().to_dict().items() if k not in ("empg", "dvp", "imitation", "teacher_kl",
+                                                                             "filter_groups", "length_triggered")},
+           "empg": True, "empg_k": 2.0, "empg_k_f": 1.0, "empg_zeta": 0.1, "empg_normalize": "scaled_advantage",
+           "il_coef": 0.0, "teacher_kl_coef": 0.0, "teacher_model": None, "dvp_min_p": 0.05,
+           "filter_groups": False, "max_num_gen_batches": 3, "lr_scheduler_type": "constant",
+           "length_baseline_steps": 50, "length_surge_factor": 3.0, "lr_decay_period_factor": 1.8,
+           "min_lr_ratio": 0.1}
+    assert set(LEGACY_FIELDS) <= set(old)
+    with pytest.warns(ConfigWarning, match="empg_k -> empg.k"):
+        cfg = RLConfig.from_dict(old)
+    assert (cfg.empg.k, cfg.empg.normalize, cfg.dvp.min_p) == (2.0, "scaled_advantage", 0.05)
+    assert cfg.imitation is None and cfg.teacher_kl is None and cfg.filter_groups is None
+    assert cfg.length_triggered is None
+
+
+def test_sampling_fields_are_declared_once():
+    """RLConfig's sampling fields are SamplingConfig's (one declaration, one check), under TRL's names."""
+    from rl_lab.config import _SamplingFields
+    names = {f.name for f in dataclasses.fields(_SamplingFields)}
+    assert names == {"max_completion_length", "temperature", "top_p", "top_k", "min_p", "min_tokens"}
+    assert issubclass(RLConfig, _SamplingFields) and issubclass(SamplingConfig, _SamplingFields)
+    assert set(RLConfig().sampling().to_dict()) == names
+    for cls in (RLConfig, SamplingConfig):
+        with pytest.raises(ConfigError, match=rf"{cls.__name__}.top_p=0.0 is out of range"):
+            cls(top_p=0.0)
+    assert RLConfig(dvp={"min_p": 0.2}, min_p=0.1).sampling().min_p == 0.2    # DVP prunes the sampler too
+
+
+def test_resuming_changes_a_nested_knob_only_with_set(tmp_path):
+    """config.yaml holds nested configs as mappings; --resume --set empg.k=3 changes one knob (and
+    names it), a --config that changes it without --set is refused."""
+    import argparse
+
+    import yaml
+
+    from rl_lab.cli import resume_config
+    from rl_lab.trainer import config_changes
+    saved = RLConfig(task="multiplication_tool", empg={"k": 2.0}, output_dir=str(tmp_path)).to_dict()
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    assert config_changes(saved, RLConfig.from_dict({**saved, "empg.zeta": 0.0})) == {"empg.zeta": (0.1, 0.0)}
+    assert config_changes(saved, RLConfig.from_dict({**saved, "empg": None})) == {"empg": (saved["empg"], None)}
+
+    def args(*sets, config=None):
+        return argparse.Namespace(out=str(tmp_path), config=config, task=None, seed=None, preset=None, set=list(sets))
+    assert resume_config(args("empg.k=3")).empg.k == 3
+    assert resume_config(args("dvp.min_p=0.1")).dvp.min_p == 0.1               # turns DVP on, deliberately
+    (tmp_path / "c.yaml").write_text("empg: {k: 3.0}\n")
+    with pytest.raises(ConfigError, match=r"empg.k 2.0 -> 3.0.*--set empg.k=3.0"):
+        resume_config(args(config=str(tmp_path / "c.yaml")))

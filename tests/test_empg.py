@@ -76,11 +76,11 @@ def test_confident_errors_are_penalised_more_than_uncertain_ones():
 
 
 def test_empg_config_is_validated():
-    assert RLConfig(empg=True).empg_k == 1.0
-    with pytest.raises(ConfigError, match="empg_k"):
-        RLConfig(empg=True, empg_k=0.0)
-    with pytest.raises(ConfigError, match="empg_zeta"):
-        RLConfig(empg=True, empg_zeta=-0.1)
+    assert RLConfig(empg=True).empg.k == 1.0
+    with pytest.raises(ConfigError, match=r"RLConfig.empg: EMPGConfig.k=0.0"):
+        RLConfig(empg={"k": 0.0})
+    with pytest.raises(ConfigError, match="EMPGConfig.zeta"):
+        RLConfig(empg={"zeta": -0.1})
 
 
 def test_a_trainer_step_with_empg_modulates_per_turn():
@@ -132,8 +132,8 @@ def test_the_two_orders_agree_when_zeta_is_zero_and_differ_otherwise():
     assert not torch.allclose(s1, a1)
     with pytest.raises(ValueError, match="normalize"):
         empg_advantages(A, H, mask, turns, normalize="bonus_first")
-    with pytest.raises(ConfigError, match="empg_normalize"):
-        RLConfig(empg=True, empg_normalize="bonus_first")
+    with pytest.raises(ConfigError, match="EMPGConfig.normalize"):
+        RLConfig(empg={"normalize": "bonus_first"})
 
 
 def test_a_trainer_step_without_reward_spread_updates_only_under_empg():
@@ -149,6 +149,6 @@ def test_a_trainer_step_without_reward_spread_updates_only_under_empg():
                           reward_funcs=[lambda completions, **kw: [0.0] * len(completions)])
         return trainer.step()["grad_norm"]
     assert step() == 0                                           # GRPO: no spread, no gradient
-    full, small = step(empg=True, empg_normalize="sum"), step(empg=True, empg_normalize="scaled_advantage")
+    full, small = step(empg={"normalize": "sum"}), step(empg={"normalize": "scaled_advantage"})
     assert full > 0 and 0 < small < full                         # a reward-free push; far smaller when
                                                                  # the bonus is added after whitening

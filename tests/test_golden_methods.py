@@ -1,7 +1,8 @@
 """Every method computes what it computed before the plug-in refactor (issue 31).
 
 tests/golden/methods-<cpu>.json are recordings of tests/golden_methods.py: methods-avx512.json
-on the trainer before its methods became plug-ins, methods-avx2.json later on an AVX2 machine.
+on the trainer before its methods became plug-ins, methods-avx2.json later on an AVX2 machine,
+methods-avx512-genuineintel.json on an Intel AVX-512 machine before the nested method configs.
 On a machine whose signature (torch version, CPU capability and vendor, one thread) is a
 recording's, every metric of every step and the final weights must be bit-identical.  On another
 signature the CPU rounds differently, samples other tokens and takes another path, so there the

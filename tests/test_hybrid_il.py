@@ -1,6 +1,6 @@
 """Hybrid RL/IL (rl_lab.algos.hybrid): the note's dense KL gradient pi_j (log pi_j - log q_j - KL)
-against autograd and finite differences, the imitation loss, and the trainer's il_coef /
-teacher_kl_coef terms (validated; a teacher equal to the policy adds a zero KL and no gradient)."""
+against autograd and finite differences, the imitation loss, and the trainer's imitation /
+teacher_kl terms (validated; a teacher equal to the policy adds a zero KL and no gradient)."""
 import copy
 
 import pytest
@@ -54,11 +54,11 @@ def test_imitation_nll_counts_labelled_tokens_only():
 
 
 def test_hybrid_options_are_validated():
-    with pytest.raises(ConfigError, match="teacher_model"):
-        RLConfig(teacher_kl_coef=0.1)
-    with pytest.raises(ConfigError, match="il_coef"):
-        RLConfig(il_coef=-1.0)
-    assert RLConfig(teacher_kl_coef=0.1, teacher_model="warm-start").teacher_kl_coef == 0.1
+    with pytest.raises(ConfigError, match="TeacherKLConfig.model is not set"):
+        RLConfig(teacher_kl={"coef": 0.1})
+    with pytest.raises(ConfigError, match="ImitationConfig.coef"):
+        RLConfig(imitation={"coef": -1.0})
+    assert RLConfig(teacher_kl={"model": "warm-start"}).teacher_kl.coef == 0.1
 
 
 def one_step(model, tok, **cfg):
@@ -69,15 +69,15 @@ def one_step(model, tok, **cfg):
 
 def test_the_trainer_adds_imitation_and_teacher_kl_terms(tmp_path):
     model, tok = build_model("0.3M", seed=0)
-    plain, il = one_step(model, tok), one_step(model, tok, il_coef=1.0)
+    plain, il = one_step(model, tok), one_step(model, tok, imitation={"coef": 1.0})
     assert plain["grad_norm"] > 0 and "il/nll" not in plain and "teacher_kl" not in plain
     assert il["il/nll"] > 0 and il["loss"] != plain["loss"] and il["grad_norm"] != plain["grad_norm"]
     # a teacher identical to the policy: KL 0, so the same gradient as without it
     for name, seed in (("same", 0), ("other", 1)):
         build_model("0.3M", seed=seed)[0].save_pretrained(tmp_path / name)
         tok.save_pretrained(tmp_path / name)
-    same = one_step(model, tok, teacher_kl_coef=1.0, teacher_model=str(tmp_path / "same"))
+    same = one_step(model, tok, teacher_kl={"coef": 1.0, "model": str(tmp_path / "same")})
     assert same["teacher_kl"] == pytest.approx(0.0, abs=1e-6)
     assert same["grad_norm"] == pytest.approx(plain["grad_norm"], rel=1e-4)
-    pulled = one_step(model, tok, teacher_kl_coef=1.0, teacher_model=str(tmp_path / "other"))
+    pulled = one_step(model, tok, teacher_kl={"coef": 1.0, "model": str(tmp_path / "other")})
     assert pulled["teacher_kl"] > 0.01 and pulled["grad_norm"] != pytest.approx(plain["grad_norm"], rel=1e-3)

@@ -11,14 +11,16 @@ from rl_lab.algos.method import Method
 from rl_lab.algos.methods import METHODS, build_methods
 from rl_lab.config import ADV_ESTIMATORS as CONFIG_ESTIMATORS
 
-METHOD_FLAGS = ("mask_truncated_completions", "dvp_min_p", "mask_void_turns", "empg", "beta", "teacher_kl_coef",
-                "il_coef", "tool_token_stats", "advantage_estimator ==", "environment is not None")
+METHOD_FLAGS = ("mask_truncated_completions", "dvp", "mask_void_turns", "empg", "beta", "teacher_kl", "imitation",
+                "filter_groups", "skip_zero_spread", "tool_token_stats", "advantage_estimator ==",
+                "environment is not None")
 
 
 def test_the_step_has_no_method_branch_and_fits_a_screen():
     src = inspect.getsource(Trainer.step)
     assert len(src.splitlines()) <= 80, len(src.splitlines())
-    found = [f for f in METHOD_FLAGS if re.search(rf"\b{re.escape(f)}", src)]
+    code = re.sub(r"#.*", "", src)                            # comments may name the methods
+    found = [f for f in METHOD_FLAGS if re.search(rf"\b{re.escape(f)}", code)]
     assert not found, f"Trainer.step reads method flags {found}: move the logic into a Method's hook"
 
 
@@ -36,8 +38,8 @@ def test_estimators_match_the_config_choices():
 @pytest.mark.parametrize("flags, expected", [
     ({}, ["turn_reward_metrics"]),
     ({"beta": 0.1}, ["reference_kl", "turn_reward_metrics"]),
-    ({"mask_truncated_completions": True, "dvp_min_p": 0.1}, ["truncation_mask", "dvp", "turn_reward_metrics"]),
-    ({"empg": True, "il_coef": 0.1, "teacher_kl_coef": 0.1, "teacher_model": "warm-start"},
+    ({"mask_truncated_completions": True, "dvp": {"min_p": 0.1}}, ["truncation_mask", "dvp", "turn_reward_metrics"]),
+    ({"empg": True, "imitation": True, "teacher_kl": {"model": "warm-start"}},
      ["empg", "teacher_kl", "imitation", "turn_reward_metrics"]),
 ])
 def test_the_config_turns_methods_on_in_hook_order(flags, expected):

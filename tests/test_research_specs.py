@@ -37,7 +37,15 @@ def test_spec_plans(spec, monkeypatch):
     assert len(table) > 0
 
 
-PATH_FIELDS = ("model", "teacher_model")
+PATH_FIELDS = ("model", "teacher_kl.model")
+
+
+def _get(fields: dict, key: str):
+    """fields[key], or a nested config's knob given as a dotted key or inside its mapping."""
+    if key in fields or "." not in key:
+        return fields.get(key)
+    name, knob = key.split(".", 1)
+    return fields[name].get(knob) if isinstance(fields.get(name), dict) else None
 
 
 def _named_or_inside(value) -> str | None:
@@ -61,7 +69,10 @@ def test_spec_names_nothing_outside_the_repository(spec):
     base, grid = data.get("base") or {}, data.get("grid") or {}
     found = [("out", data.get("out"))]
     for key in PATH_FIELDS:
-        found += [(key, base.get(key))] + [(key, v) for v in grid.get(key, [])]
+        found += [(key, _get(base, key))] + [(key, v) for v in grid.get(key, [])]
+        if "." in key:                                  # teacher_kl: {model: ...} in base or grid
+            name, knob = key.split(".", 1)
+            found += [(key, v.get(knob)) for v in grid.get(name, []) if isinstance(v, dict)]
     bad = [f"{k}: {v!r} is {why}" for k, v in found if (why := _named_or_inside(v))]
     assert not bad, (f"{spec.relative_to(REPO)}: " + "; ".join(bad)
                      + " -- name the model ('warm-start', 'warm-start:<size>', a size preset) or use a "

@@ -39,16 +39,19 @@ def test_bad_arguments_say_what_to_change(kwargs, match):
 
 
 def test_config_fields_are_checked():
-    with pytest.raises(ConfigError, match="length_surge_factor"):
-        RLConfig(lr_scheduler_type="length_triggered", length_surge_factor=0.5)
-    with pytest.raises(ConfigError, match="min_lr_ratio"):
-        RLConfig(min_lr_ratio=0.0)
+    with pytest.raises(ConfigError, match="LengthTriggeredConfig.surge_factor"):
+        RLConfig(lr_scheduler_type="length_triggered", length_triggered={"surge_factor": 0.5})
+    with pytest.raises(ConfigError, match="LengthTriggeredConfig.min_lr_ratio"):
+        RLConfig(lr_scheduler_type="length_triggered", length_triggered={"min_lr_ratio": 0.0})
+    assert RLConfig(lr_scheduler_type="length_triggered").length_triggered.baseline_steps == 50
+    assert RLConfig().length_triggered is None
 
 
 def test_trainer_applies_the_schedule_from_its_history():
     cfg = RLConfig(task="addition", model="0.3M", prompts_per_step=2, num_generations=2, max_completion_length=4,
-                   max_steps=3, learning_rate=1e-3, lr_scheduler_type="length_triggered", length_baseline_steps=1,
-                   length_surge_factor=1.5, lr_decay_period_factor=1.0, progress_bar=False)
+                   max_steps=3, learning_rate=1e-3, lr_scheduler_type="length_triggered",
+                   length_triggered={"baseline_steps": 1, "surge_factor": 1.5, "decay_period_factor": 1.0},
+                   progress_bar=False)
     tr = Trainer(cfg)
     m = tr.step()
     assert m["learning_rate"] == pytest.approx(1e-3)
@@ -69,8 +72,9 @@ def test_a_resumed_run_keeps_the_schedule(tmp_path):
     def cfg(out, steps):
         return RLConfig(task="addition", prompts_per_step=2, num_generations=4, max_completion_length=8,
                         max_steps=steps, learning_rate=1e-3, lr_scheduler_type="length_triggered",
-                        length_baseline_steps=1, length_surge_factor=1.01, lr_decay_period_factor=1.0,
-                        min_lr_ratio=0.01, output_dir=str(out), save_steps=3, progress_bar=False)
+                        length_triggered={"baseline_steps": 1, "surge_factor": 1.01, "decay_period_factor": 1.0,
+                                          "min_lr_ratio": 0.01},
+                        output_dir=str(out), save_steps=3, progress_bar=False)
     Trainer(cfg(tmp_path / "full", 6)).train()
     Trainer(cfg(tmp_path / "part", 3)).train()
     Trainer(cfg(tmp_path / "part", 6)).train(resume=True)

@@ -268,3 +268,13 @@ def test_load_results_concatenates_specs(tmp_path):
     assert list(df["spec"]) == ["a", "a", "b", "b"] and list(df["x"]) == [1, 1, 2, 2]
     with pytest.raises(FileNotFoundError, match="results.csv"):
         load_results(tmp_path / "a")
+
+
+def test_a_grid_axis_can_be_a_nested_knob(tmp_path):
+    """`empg.k: [1, 2]` varies one knob of a nested config (and turns the method on)."""
+    spec = {"base": {"task": "multiplication_tool", "model": "0.3M", "max_steps": 2}, "grid": {"empg.k": [1.0, 2.0]},
+            "seeds": [0], "out": str(tmp_path)}
+    runs = plan_sweep(spec).runs
+    assert [r.config.empg.k for r in runs] == [1.0, 2.0] and [r.name for r in runs] == ["empg.k=1,seed=0",
+                                                                                        "empg.k=2,seed=0"]
+    assert len({r.run_id for r in runs}) == 2

@@ -169,7 +169,7 @@ def test_ppo_iterations_reinforce_beta_and_is_hook_run():
     ("clip_ratio_c", 0.5, "clip_ratio_c"),
     ("sampler_quantization", "int4", "int8"),
     ("sampler_staleness", -1, "out of range"),
-    ("dvp_min_p", 1.0, "out of range"),
+    ("dvp", {"min_p": 1.0}, "out of range"),
     ("rollout_is_threshold", "2_1", "lo <= hi"),
     ("rollout_rs", "seq_max_k1", "seq_max_k2"),
 ])
@@ -213,7 +213,7 @@ def test_metrics_file_and_config_are_written(tmp_path):
     (dict(correction="Bypass-PPO-clip-K3-RS", sampler_staleness=1, advantage_estimator="rloo", num_iterations=2),
      ("rollout_corr/rollout_rs_seq_mean_k3_mean", "actor/pg_clipfrac_lower")),
     (dict(correction="Token-IcePop", rollout_is_batch_normalize=True, rollout_token_veto_threshold=1e-3,
-          dvp_min_p=0.05, top_k=20, advantage_estimator="reinforce_plus_plus_baseline"),
+          dvp={"min_p": 0.05}, top_k=20, advantage_estimator="reinforce_plus_plus_baseline"),
      ("rollout_corr/rollout_is_batch_norm_factor", "rollout_corr/rollout_is_veto_fraction", "dvp/outside_fraction")),
 ])
 def test_every_correction_runs_in_the_trainer_by_configuration(kw, keys):

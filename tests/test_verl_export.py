@@ -97,7 +97,7 @@ def test_a_changed_verl_key_changes_the_config_read_back(tmp_path):
 
 @pytest.mark.parametrize("fields, named", [
     (dict(sampler_staleness=2), "sampler_staleness"),
-    (dict(dvp_min_p=0.1), "dvp_min_p"),
+    (dict(dvp={"min_p": 0.1}), "dvp"),
     (dict(sampler_logit_noise=0.5, min_p=0.05), "min_p"),
     (dict(rollout_token_veto_threshold=1e-4), "rollout_token_veto_threshold"),
     (dict(mask_truncated_completions=True), "mask_truncated_completions"),
@@ -124,8 +124,8 @@ def test_a_batch_that_does_not_split_over_the_gpus_is_refused(tmp_path):
 
 def test_every_refusal_is_listed_at_once():
     with pytest.raises(VerlExportError) as info:
-        config_overrides(RLConfig(sampler_staleness=1, dvp_min_p=0.1, lr_scheduler_type="linear"))
-    for name in ("sampler_staleness", "dvp_min_p", "lr_scheduler_type"):
+        config_overrides(RLConfig(sampler_staleness=1, dvp=True, lr_scheduler_type="linear"))
+    for name in ("sampler_staleness", "RLConfig.dvp", "lr_scheduler_type"):
         assert name in str(info.value)
 
 
@@ -552,7 +552,7 @@ def test_cli_export_and_import_metrics(tmp_path):
     back = config_from_overrides_file(out / "overrides.yaml")
     assert (back.rollout_is, back.max_steps, back.num_generations) == ("token", 20, 4)
     assert "trainer.n_gpus_per_node=8" in (out / "command.sh").read_text()
-    assert main(["export", "verl", "--out", str(tmp_path / "bad"), "--no-model", "--set", "dvp_min_p=0.1"]) == 2
+    assert main(["export", "verl", "--out", str(tmp_path / "bad"), "--no-model", "--set", "dvp.min_p=0.1"]) == 2
     log = tmp_path / "verl.jsonl"
     log.write_text("".join(json.dumps({"step": s, "data": d}, default=float) + "\n" for s, d in _verl_style_records()))
     assert main(["import-metrics", str(log), "--out", str(tmp_path / "run")]) == 0

@@ -69,7 +69,7 @@ def test_a_zero_spread_step_moves_the_weights_only_without_the_skip(skip):
 
 
 def test_dynamic_sampling_draws_more_prompts_and_trains_on_groups_with_spread():
-    trainer, reward = _trainer(filter_groups=True, max_num_gen_batches=3)
+    trainer, reward = _trainer(filter_groups={"max_num_gen_batches": 3})
     m = trainer.step()
     assert m["filter/groups_drawn"] == 6                      # 3 batches of 2 prompts
     assert 1 <= m["filter/groups_kept"] <= 2 and m["grad_norm"] > 0
@@ -81,9 +81,9 @@ def test_dynamic_sampling_draws_more_prompts_and_trains_on_groups_with_spread():
 
 
 def test_zero_spread_options_are_validated():
-    with pytest.raises(ConfigError, match="max_num_gen_batches"):
-        RLConfig(filter_groups=True, max_num_gen_batches=0)
-    with pytest.raises(ConfigError, match="max_num_gen_batches"):
-        RLConfig(filter_groups=True, max_num_gen_batches=2.5)
-    with pytest.warns(Warning, match="max_num_gen_batches"):      # inert without filter_groups
-        RLConfig(max_num_gen_batches=5)
+    with pytest.raises(ConfigError, match="FilterGroupsConfig.max_num_gen_batches"):
+        RLConfig(filter_groups={"max_num_gen_batches": 0})
+    with pytest.raises(ConfigError, match="max_num_gen_batches=2.5 must be an integer"):
+        RLConfig(filter_groups={"max_num_gen_batches": 2.5})
+    assert RLConfig(filter_groups=True).filter_groups.max_num_gen_batches == 3
+    assert RLConfig(filter_groups=False).filter_groups is None

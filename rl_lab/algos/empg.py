@@ -17,7 +17,7 @@ re-weights each step's outcome advantage by its uncertainty:
 
 The project page's pseudocode gives H~, g and f with defaults k = k_f = 1, zeta = 0.1; it stops
 before the last line, so where the final normalisation sits is not known here: RLConfig's
-empg_normalize offers both readings ("sum", the default, whitens the sum; "scaled_advantage"
+EMPGConfig.normalize offers both readings ("sum", the default, whitens the sum; "scaled_advantage"
 whitens g A before the bonus is added).  A step with no next step (the episode's last) gets no
 bonus.
 """
@@ -121,18 +121,18 @@ from rl_lab.algos.method import Method, StepState  # noqa: E402
 
 
 class EMPG(Method):
-    """RLConfig.empg: each model turn's advantage modulated by its entropy (empg_advantages)."""
+    """RLConfig.empg (EMPGConfig): each model turn's advantage modulated by its entropy (empg_advantages)."""
     name = "empg"
 
     @staticmethod
     def active(config) -> bool:
-        return bool(config.empg)
+        return config.empg is not None
 
     def advantages(self, s: StepState) -> None:
         cfg = self.config
         s.advantages, s.extra["empg_metrics"] = empg_advantages(s.advantages, s.entropy, s.mask, s.batch.turn_ids,
-                                                                cfg.empg_k, cfg.empg_k_f, cfg.empg_zeta,
-                                                                cfg.empg_normalize)
+                                                                cfg.empg.k, cfg.empg.k_f, cfg.empg.zeta,
+                                                                cfg.empg.normalize)
 
     def metrics(self, s: StepState) -> dict:
         return s.extra["empg_metrics"]

@@ -11,7 +11,7 @@ gradient with respect to the logits z has the closed form
 
     d KL(softmax(z) || q) / d z_j = pi_j (log pi_j - log q_j - KL).
 
-What this module computes (and the trainer uses, RLConfig.teacher_kl_coef / il_coef):
+What this module computes (and the trainer uses, RLConfig.teacher_kl / imitation):
   reverse_kl             (B, T) KL(pi(.|s_t) || q(.|s_t)) exactly over the vocabulary: its autograd
                          gradient is the dense gradient (the sparse future-KL term is not added
                          to the reward here)
@@ -55,23 +55,23 @@ from rl_lab.algos.method import Method, StepState, masked_token_mean  # noqa: E4
 
 
 class TeacherKL(Method):
-    """RLConfig.teacher_kl_coef > 0: add coef x KL(pi || teacher) per token, exactly over the
-    vocabulary (the dense gradient), on the model's own tokens.  The teacher (RLConfig.teacher_model)
+    """RLConfig.teacher_kl (TeacherKLConfig): add coef x KL(pi || teacher) per token, exactly over the
+    vocabulary (the dense gradient), on the model's own tokens.  The teacher (TeacherKLConfig.model)
     is loaded once and must share the policy's tokenizer."""
     name = "teacher_kl"
     needs_full_logprobs = True
 
     @staticmethod
     def active(config) -> bool:
-        return config.teacher_kl_coef > 0
+        return config.teacher_kl is not None
 
     def setup(self, trainer) -> None:
         from rl_lab.errors import ConfigError
         from rl_lab.models import resolve_model
         cfg = self.config
-        teacher, teacher_tok = resolve_model(cfg.teacher_model, cfg.task, seed=cfg.seed)
+        teacher, teacher_tok = resolve_model(cfg.teacher_kl.model, cfg.task, seed=cfg.seed)
         if teacher_tok.get_vocab() != trainer.tokenizer.get_vocab():
-            raise ConfigError(f"teacher_model={cfg.teacher_model!r} has another tokenizer than the policy: "
+            raise ConfigError(f"teacher_kl.model={cfg.teacher_kl.model!r} has another tokenizer than the policy: "
                               "a per-token KL needs one vocabulary; choose a teacher trained with the same tokenizer")
         self.teacher = teacher.to(trainer.device).requires_grad_(False).eval()
         trainer.teacher = self.teacher
@@ -87,20 +87,20 @@ class TeacherKL(Method):
     def token_loss(self, s: StepState):
         teacher_kl = reverse_kl(s.logp_all, s.extra["teacher_logp_all"])                 # (B, T)
         s.extra["teacher_kl"] = masked_token_mean(teacher_kl, s.loss_mask)
-        return self.config.teacher_kl_coef * teacher_kl
+        return self.config.teacher_kl.coef * teacher_kl
 
     def metrics(self, s: StepState) -> dict:
         return {"teacher_kl": s.extra.get("teacher_kl", float("nan"))}   # NaN: no update this step
 
 
 class Imitation(Method):
-    """RLConfig.il_coef > 0: add il_coef x the mean NLL of the task's demonstrations for the step's
+    """RLConfig.imitation (ImitationConfig): add coef x the mean NLL of the task's demonstrations for the step's
     prompts, in the warm start's SFT format (offline imitation beside the RL loss)."""
     name = "imitation"
 
     @staticmethod
     def active(config) -> bool:
-        return config.il_coef > 0
+        return config.imitation is not None
 
     def prepare(self, s: StepState) -> None:
         from rl_lab.warmstart import sft_batch
@@ -111,7 +111,7 @@ class Imitation(Method):
         input_ids, attention_mask, labels = s.extra["demos"]
         nll = imitation_nll(s.trainer.model(input_ids=input_ids, attention_mask=attention_mask).logits, labels)
         s.extra["il/nll"] = nll.item()
-        return self.config.il_coef * nll
+        return self.config.imitation.coef * nll
 
     def metrics(self, s: StepState) -> dict:
         return {"il/nll": s.extra.get("il/nll", float("nan"))}

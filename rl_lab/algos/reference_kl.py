@@ -8,6 +8,7 @@ import torch
 
 from rl_lab.algos.grpo import kl_k3, sequence_logprobs
 from rl_lab.algos.method import Method, StepState, masked_token_mean
+from rl_lab.algos.token_masks import DVP
 
 
 class ReferenceKL(Method):
@@ -26,7 +27,7 @@ class ReferenceKL(Method):
         cfg, b = self.config, s.batch
         with torch.no_grad():
             s.extra["ref_logp"] = sequence_logprobs(self.ref_model, b.prompt_ids, b.prompt_mask, b.completion_ids,
-                                                    cfg.temperature, dvp_min_p=cfg.dvp_min_p,
+                                                    cfg.temperature, dvp_min_p=DVP.min_p(cfg),
                                                     share_prefix=cfg.share_prefix)        # (B, T)
 
     def token_loss(self, s: StepState):

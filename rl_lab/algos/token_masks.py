@@ -3,8 +3,8 @@
 TruncationMask (RLConfig.mask_truncated_completions; DAPO's overlong filtering, TRL's
     `mask_truncated_completions`): a completion cut at max_completion_length has no verified end,
     so none of its tokens train.  By design, not a fault: nothing is counted under faults/.
-DVP (RLConfig.dvp_min_p; chapter 6, Dynamic Vocabulary Pruning): the trainer's log-prob of a token
-    outside pi's kept vocabulary {v : pi_v >= dvp_min_p x max pi} is -inf (rl_lab.algos.grpo.
+DVP (RLConfig.dvp, DVPConfig.min_p; chapter 6, Dynamic Vocabulary Pruning): the trainer's log-prob of a token
+    outside pi's kept vocabulary {v : pi_v >= min_p x max pi} is -inf (rl_lab.algos.grpo.
     sequence_logprobs prunes it), and such a token leaves the objective; logged as
     dvp/outside_fraction.
 """
@@ -31,7 +31,12 @@ class DVP(Method):
 
     @staticmethod
     def active(config) -> bool:
-        return config.dvp_min_p > 0
+        return config.dvp is not None
+
+    @staticmethod
+    def min_p(config) -> float:
+        """The trainer's pruning threshold: DVPConfig.min_p, 0 (no pruning) when DVP is off."""
+        return config.dvp.min_p if config.dvp is not None else 0.0
 
     def mask_tokens(self, s: StepState) -> None:
         outside = s.mask & torch.isneginf(s.old_logp)                                  # (B, T)

@@ -14,7 +14,7 @@ the field uses:
                            and AdamW's moments stay exactly as they were
   filter_groups            DAPO's dynamic sampling (Yu et al. 2025; verl `algorithm.filter_groups`):
                            drop the zero-spread groups and train on groups with spread only,
-                           drawing up to `max_num_gen_batches` x prompts_per_step prompts to find
+                           drawing up to `filter_groups.max_num_gen_batches` x prompts_per_step prompts to find
                            prompts_per_step of them
 
 rl_lab draws the extra prompts in one rollout, then keeps the first prompts_per_step groups with
@@ -71,16 +71,17 @@ class ZeroSpreadSkip(Method):
 
 
 class DynamicSampling(Method):
-    """RLConfig.filter_groups: draw max_num_gen_batches x prompts_per_step prompts, train on the
-    first prompts_per_step groups whose rewards differ (DAPO's dynamic sampling)."""
+    """RLConfig.filter_groups (FilterGroupsConfig): draw max_num_gen_batches x prompts_per_step
+    prompts, train on the first prompts_per_step groups whose rewards differ (DAPO's dynamic
+    sampling)."""
     name = "filter_groups"
 
     @staticmethod
     def active(config) -> bool:
-        return bool(config.filter_groups)
+        return config.filter_groups is not None
 
     def rollout_prompts(self, n: int) -> int:
-        return n * self.config.max_num_gen_batches
+        return n * self.config.filter_groups.max_num_gen_batches
 
     def filter_rows(self, s: StepState) -> None:
         drawn = s.batch.num_groups

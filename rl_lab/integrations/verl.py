@@ -199,18 +199,12 @@ VERL_FIELD_MAP: tuple[FieldMap, ...] = (
              lambda v: v is False),
     _refused("tool_token_stats", "rl_lab's SimpleTIR measurement (a metric verl 0.9.1 does not log)",
              lambda v: v is False),
-    _refused("empg", "verl 0.9.1 has no entropy-modulated advantage (EMPG)", lambda v: v is False),
-    _refused("empg_k", "EMPG's k (not in verl 0.9.1)", lambda v: v == 1.0),
-    _refused("empg_k_f", "EMPG's k_f (not in verl 0.9.1)", lambda v: v == 1.0),
-    _refused("empg_zeta", "EMPG's zeta (not in verl 0.9.1)", lambda v: v == 0.1),
-    _refused("empg_normalize", "EMPG's normalisation order (not in verl 0.9.1)", lambda v: v == "sum"),
+    _refused("empg", "verl 0.9.1 has no entropy-modulated advantage (EMPG)", lambda v: v is None),
     _refused("skip_zero_spread_steps", "verl 0.9.1 always takes the optimizer step", lambda v: v is False),
     _refused("filter_groups", "verl 0.9.1 filters zero-spread groups (algorithm.filter_groups) only in its v1 "
-             "trainer's replay buffer, which refills evicted groups; the export does not set it", lambda v: v is False),
-    _refused("max_num_gen_batches", "only read with filter_groups (see there)", lambda v: v == 3),
-    _refused("il_coef", "verl 0.9.1's actor has no imitation (SFT) term in the RL loss", lambda v: v == 0),
-    _refused("teacher_kl_coef", "verl 0.9.1 has no KL to a teacher model (only to its reference)", lambda v: v == 0),
-    _refused("teacher_model", "no teacher without teacher_kl_coef (verl 0.9.1 has none)", lambda v: v is None),
+             "trainer's replay buffer, which refills evicted groups; the export does not set it", lambda v: v is None),
+    _refused("imitation", "verl 0.9.1's actor has no imitation (SFT) term in the RL loss", lambda v: v is None),
+    _refused("teacher_kl", "verl 0.9.1 has no KL to a teacher model (only to its reference)", lambda v: v is None),
     # --- off-policy correction: algorithm.rollout_correction ------------------------------------------
     _row("rollout_is", f"{RC}.rollout_is", "None, token or sequence"),
     _row("rollout_is_threshold", f"{RC}.rollout_is_threshold", "a float (TIS) or 'lo_hi' (IcePop)"),
@@ -221,8 +215,8 @@ VERL_FIELD_MAP: tuple[FieldMap, ...] = (
     _refused("rollout_token_veto_threshold", "verl removed the token veto in PR #4544; use "
              "rollout_rs='seq_max_k2' (TRM's max criterion) instead", lambda v: v is None),
     _row("bypass_mode", f"{RC}.bypass_mode", "pi_old := mu (two policies)"),
-    _refused("dvp_min_p", "Dynamic Vocabulary Pruning is rl_lab's own (chapter 6): verl's sampler and trainer "
-             "do not prune", lambda v: v == 0),
+    _refused("dvp", "Dynamic Vocabulary Pruning is rl_lab's own (chapter 6): verl's sampler and trainer "
+             "do not prune", lambda v: v is None),
     # --- optimisation -------------------------------------------------------------------------------
     _row("learning_rate", f"{ACTOR}.optim.lr", "AdamW"),
     FieldMap("adam_beta1", _E, (f"{ACTOR}.optim.betas",), "betas[0]", _betas_to_verl,
@@ -240,11 +234,9 @@ VERL_FIELD_MAP: tuple[FieldMap, ...] = (
     FieldMap("warmup_steps", _E, (f"{ACTOR}.optim.lr_warmup_steps", f"{ACTOR}.optim.lr_warmup_steps_ratio"),
              "linear warm-up; verl's starts at 0/W, rl_lab's at 1/W (one step apart)", _warmup_to_verl,
              lambda flat: max(0, flat[f"{ACTOR}.optim.lr_warmup_steps"])),
-    FieldMap("length_baseline_steps", "local", note="only read by lr_scheduler_type=length_triggered (refused)"),
-    FieldMap("length_surge_factor", "local", note="only read by lr_scheduler_type=length_triggered (refused)"),
-    FieldMap("lr_decay_period_factor", "local", note="only read by lr_scheduler_type=length_triggered (refused)"),
-    FieldMap("min_lr_ratio", "local", note="rl_lab reads it only for length_triggered; the cosine export sets "
-             "verl's min_lr_ratio to 0 (rl_lab's cosine ends at 0)"),
+    FieldMap("length_triggered", "local", note="only read by lr_scheduler_type=length_triggered (refused); "
+             "its min_lr_ratio is not verl's: the cosine export sets verl's min_lr_ratio to 0 (rl_lab's cosine "
+             "ends at 0)"),
     # --- run ------------------------------------------------------------------------------------------
     _row("max_steps", "trainer.total_training_steps", "optimizer steps = batches"),
     _row("seed", "data.seed", "the data loader's seed; the exported training prompts are rl_lab's own prompt "

@@ -17,7 +17,7 @@ available to us; the functions here implement the book's reading (chapter 6):
                                  the chapter's bound in terms of the excluded mass
 
 The safe set is `rl_lab.corrections.safe_vocabulary` (p >= min_p * p_max), the rule the sampler
-(`SamplingConfig.min_p`) and the trainer (`RLConfig.dvp_min_p`) use.
+(`SamplingConfig.min_p`) and the trainer (`RLConfig.dvp`, `DVPConfig.min_p`) use.
 """
 from __future__ import annotations
 
