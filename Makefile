@@ -19,7 +19,7 @@ export TRANSFORMERS_OFFLINE := 1
 .PHONY: setup setup-lean vendor book test test-fast lint lab labs-ipynb checkpoints check-checkpoints bench bench-short bench-long clean help
 
 help:
-	@echo "make setup   create .venv and install everything (CPU torch, book, tests, offline assets)"
+	@echo "make setup   create .venv and install everything (CPU torch, book, tests, scipy for research/, offline assets)"
 	@echo "make setup-lean  the labs only: torch, the package and JupyterLab, no vLLM/verl/npm (tools/setup_lean.py)"
 	@echo "make book    build the book offline, executing every lab (RL_LAB_PRESET=$(RL_LAB_PRESET))"
 	@echo "make test    unit tests + every lab under pytest --nbval"

@@ -52,5 +52,5 @@ def test_the_lean_extra_has_no_vllm_verl_or_book_tools():
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     lab = " ".join(extras["lab"]).lower()
     assert "jupyterlab" in lab and "ipykernel" in lab
-    for heavy in ("vllm", "verl", "jupyter-book", "trl"):
+    for heavy in ("vllm", "verl", "jupyter-book", "trl", "scipy"):   # scipy: research/ only ([research])
         assert heavy not in lab, heavy

@@ -44,9 +44,58 @@ STEP_COLUMNS = {"reward": "reward", "grad_norm": "grad_norm", "void_fraction": "
 
 
 # ----------------------------------------------------------------------------- statistics
-# Student's t p-values, Welch's test, Holm and Fisher live in rl_lab.stats (the stability map's
-# summary uses them too); imported here under the names this module's tests and chapter 12 use.
-from rl_lab.stats import fisher_one_sided, holm, student_t_quantile, student_t_sf2, welch  # noqa: E402,F401
+# Student's t, Welch's test and Fisher's exact test are scipy.stats' (the `research` extra, which
+# `make setup` installs).  Holm's step-down adjustment is rl_lab.stats.holm, a few lines by hand:
+# scipy has no Holm (its false_discovery_control is Benjamini-Hochberg/-Yekutieli, a different
+# procedure), and statsmodels' multipletests is not worth a dependency.
+try:
+    from scipy import stats as sps
+except ImportError:     # the labs-only install and Binder (lab 12 reads these tables): see the end
+    sps = None
+
+from rl_lab.stats import holm  # noqa: E402,F401
+from rl_lab.stats import welch as _welch_no_spread  # noqa: E402  (both samples constant: no t distribution)
+
+
+def student_t_sf2(t: float, df: float) -> float:
+    """Two-sided p-value P(|T| >= |t|) of Student's t with df degrees of freedom."""
+    return float(min(1.0, 2 * sps.t.sf(abs(t), df)))
+
+
+def student_t_quantile(p_two_sided: float, df: float) -> float:
+    """The t > 0 with P(|T| >= t) = p_two_sided."""
+    return float(sps.t.isf(p_two_sided / 2, df))
+
+
+def welch(a, b) -> dict:
+    """mean(a) - mean(b), Welch's t, its degrees of freedom, the two-sided p and a 95% interval
+    (scipy.stats.ttest_ind with equal_var=False).  Both samples constant: t = 0 and p = 1 if the
+    means are equal, else t = +-inf and p = 0, as rl_lab.stats.welch (scipy gives NaN there)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if len(a) < 2 or len(b) < 2:
+        raise ValueError(f"welch needs at least 2 runs a side, got {len(a)} and {len(b)}")
+    if a.var(ddof=1) == 0 and b.var(ddof=1) == 0:
+        return _welch_no_spread(a, b)
+    r = sps.ttest_ind(a, b, equal_var=False)
+    ci = r.confidence_interval(0.95)
+    return dict(diff=a.mean() - b.mean(), t=float(r.statistic), df=float(r.df), p=float(r.pvalue),
+                ci_lo=float(ci.low), ci_hi=float(ci.high))
+
+
+def fisher_one_sided(hits_a: int, n_a: int, hits_b: int, n_b: int, direction: str) -> float:
+    """Fisher's exact test of hits_a of n_a against hits_b of n_b: the probability, given the
+    total number of hits, that group a has at most ("less") or at least ("more") hits_a."""
+    if direction not in ("less", "more"):
+        raise ValueError(f"fisher_one_sided: direction is 'less' or 'more', got {direction!r}")
+    table = [[hits_a, n_a - hits_a], [hits_b, n_b - hits_b]]
+    return float(sps.fisher_exact(table, alternative="less" if direction == "less" else "greater").pvalue)
+
+
+if sps is None:
+    # Without scipy (the labs-only install and Binder, where lab 12 calls table()), the same
+    # procedures come from rl_lab.stats, which has no scipy; tests/test_stats_scipy.py holds them
+    # to scipy's, and tests/test_tool_methods_summary.py these tables, computed both ways, together.
+    from rl_lab.stats import fisher_one_sided, student_t_quantile, student_t_sf2, welch  # noqa: E402,F401,F811
 
 
 def verdict(diff: float, p_adjusted: float) -> str:
