@@ -65,3 +65,22 @@ def test_sweep_benchmark_cell_is_a_valid_sweep(tmp_path):
     assert len(sweep.runs) == 4
     config = sweep.runs[0].config
     assert (config.sampler_staleness, config.learning_rate, config.max_steps) == (2, 5e-4, 300)
+
+
+def test_the_roofline_counts_what_torch_counts(capsys, monkeypatch):
+    """bench_roofline's FLOPs of the linear layers equal torch's FlopCounterMode's for the pass it
+    times, for every size's shape (attention, which FlopCounterMode does not count on a CPU, apart);
+    the backward's products are the forward's twice over; the table prints."""
+    bench = load("bench_roofline")
+    for size in ("0.3M", "3M"):
+        model, inputs = bench.batch(size, 4)
+        fwd = bench.gemms(model.config, inputs[0].shape[0], inputs[0].shape[1], 4)
+        linear = [p for p in fwd + bench.backward_gemms(fwd) if p[0].lstrip("d").split("_")[0]
+                  not in ("scores", "values")]
+        assert sum(p[-1] for p in linear) == pytest.approx(bench.counted_flops(model, inputs), rel=1e-9)
+        assert sum(p[-1] for p in bench.backward_gemms(fwd)) == 2 * sum(p[-1] for p in fwd)
+    monkeypatch.setattr(sys, "argv", ["bench_roofline.py", "--sizes", "0.3M", "--lengths", "4", "--reps", "1",
+                                      "--threads", "1", "--levers", "no_mask"])
+    bench.main()
+    out = capsys.readouterr().out
+    assert "1.000x" in out and "of roof" in out and "no_mask" in out

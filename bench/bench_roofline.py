@@ -1,0 +1,250 @@
+"""Benchmark 10: the trainer's forward and backward against this machine's matmul roofline (issue 32).
+
+For each cell of section 5's grid (model 0.3M / 3M / 30M x completion length T) this prints:
+* the FLOPs of one training forward + backward over the cell's batch (rows x (P + T) tokens),
+  counted from the model's shapes: every linear layer (q, k, v, o, gate, up, down, the tied
+  output layer on the T + 1 positions the trainer keeps) and causal attention (half of the
+  S x S score and value products, S = P + T); the backward is twice the forward (a gradient for
+  the input and one for the weight of every product).  torch's FlopCounterMode counts the same
+  linear layers (printed as a check; it does not count CPU attention);
+* the roofline: the time those products would take if each ran at the rate this machine
+  sustains for a product of exactly its shape (measured here, fp32, median of repetitions),
+  so small, thin products are held to what they can reach, not to the peak of a large square
+  product (also printed);
+* the measured time of rl_lab's training forward + backward (the trainer's `sequence_logprobs`
+  and a backward through the log-probs), its achieved FLOP/s and its fraction of the roofline.
+  The forward is the plain one (`share_prefix=False`), the computation the count describes: at
+  T = 16 the trainer shares the 7-token prompts (rl_lab.engines.shared_prefix) and skips 27% of
+  these tokens, which this table leaves out.
+
+    python bench/bench_roofline.py                        # the 3 x 3 grid (a few minutes)
+    python bench/bench_roofline.py --sizes 0.3M --lengths 16 128 --reps 3
+    python bench/bench_roofline.py --levers                # + the speed levers, side by side
+
+`--levers` times, in the same run and alternating repetition by repetition, the default path
+against each candidate of issue 32 alone (ratios < 1 are faster): `compile` (torch.compile of the
+model, inductor; its compile time printed apart), `no_mask` (no attention mask when no row is
+padded, so SDPA takes its causal path).  Batches as in bench_long_completions.py (BATCH).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+LENGTHS = (16, 128, 512)
+SIZES = ("0.3M", "3M", "30M")
+BATCH = {"0.3M": (8, 8), "3M": (8, 8), "30M": (2, 8), "0.5B": (8, 8)}   # prompts x generations, as benchmark 5
+DEVICE, DTYPE = torch.device("cpu"), torch.float32            # --device, --dtype
+PROMPT = 7                                                  # the addition task's prompt tokens
+
+
+# --------------------------------------------------------------------------- FLOPs from the shapes
+def gemms(config, rows: int, prompt: int, length: int) -> list[tuple[str, int, int, int, int, float]]:
+    """The products of one training forward: (name, batch, M, K, N, flops).  Attention is causal:
+    its S x S products are listed at their full shape and counted at half their FLOPs."""
+    d, L = config.hidden_size, config.num_hidden_layers
+    H, kv = config.num_attention_heads, config.num_key_value_heads
+    dh, ff, V = d // H, config.intermediate_size, config.vocab_size
+    S = prompt + length
+    M = rows * S
+    out = []
+    for name, k, n in (("q", d, H * dh), ("k", d, kv * dh), ("v", d, kv * dh), ("o", H * dh, d),
+                       ("gate", d, ff), ("up", d, ff), ("down", ff, d)):
+        out.append((name, 1, M, k, n, 2.0 * M * k * n * L))
+    out.append(("scores", rows * H, S, dh, S, 2.0 * rows * H * S * S * dh * L / 2))
+    out.append(("values", rows * H, S, S, dh, 2.0 * rows * H * S * S * dh * L / 2))
+    out.append(("lm_head", 1, rows * (length + 1), d, V, 2.0 * rows * (length + 1) * d * V))
+    return out
+
+
+def backward_gemms(forward):
+    """Each product A (M x K) B (K x N) needs dA = dC B^T (M x N x K) and dB = A^T dC (K x M x N)."""
+    out = []
+    for name, b, m, k, n, f in forward:
+        out += [(f"d{name}_in", b, m, n, k, f), (f"d{name}_w", b, k, m, n, f)]
+    return out
+
+
+# --------------------------------------------------------------------------- measured rates
+def sync():
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _time(fn, min_time: float = 0.05, reps: int = 5) -> float:
+    """Median seconds of one call of fn, each repetition running it long enough to time."""
+    fn()
+    sync()
+    t = time.perf_counter()
+    fn()
+    sync()
+    one = max(time.perf_counter() - t, 1e-6)
+    n = max(1, int(min_time / one))
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        sync()
+        times.append((time.perf_counter() - t) / n)
+    return statistics.median(times)
+
+
+_RATES: dict[tuple, float] = {}
+
+
+def rate(b: int, m: int, k: int, n: int) -> float:
+    """FLOP/s this machine sustains for a (b x) M x K by K x N product (DTYPE, on DEVICE)."""
+    key = (b, m, k, n)
+    if key not in _RATES:
+        x, y = (torch.randn(b, m, k, device=DEVICE, dtype=DTYPE), torch.randn(b, k, n, device=DEVICE, dtype=DTYPE))
+        fn = (lambda: torch.mm(x[0], y[0])) if b == 1 else (lambda: torch.bmm(x, y))
+        _RATES[key] = 2.0 * b * m * k * n / _time(fn)
+    return _RATES[key]
+
+
+def roofline_time(products) -> float:
+    """Seconds the products take, each at the rate measured for its shape."""
+    return sum(f / rate(b, m, k, n) for _, b, m, k, n, f in products)
+
+
+def square_peak(n: int = 1024) -> float:
+    return rate(1, n, n, n)
+
+
+# --------------------------------------------------------------------------- rl_lab's forward + backward
+def batch(size: str, length: int, seed: int = 0):
+    """A model of the size and a forced-length batch of addition prompts: (model, inputs)."""
+    from rl_lab.models import build_model
+    from rl_lab.tasks import get_task
+    model, tok = build_model(size, seed=seed)
+    model = model.to(DEVICE, DTYPE)
+    prompts, gens = BATCH[size]
+    task = get_task("addition")
+    rng = np.random.default_rng(seed)
+    examples = [task.sample(rng) for _ in range(prompts)]
+    enc = tok([e["prompt"] for e in examples for _ in range(gens)], return_tensors="pt", padding=True)
+    g = torch.Generator().manual_seed(seed)
+    completion = torch.randint(4, model.config.vocab_size, (prompts * gens, length), generator=g)
+    return model, (enc["input_ids"].to(DEVICE), enc["attention_mask"].to(DEVICE), completion.to(DEVICE))
+
+
+def train_pass(model, inputs, no_mask: bool = False):
+    """The trainer's forward (sequence_logprobs, with entropy) and a backward through its log-probs."""
+    from rl_lab.algos.grpo import sequence_logprobs
+    prompt_ids, prompt_mask, completion = inputs
+    if no_mask and bool(prompt_mask.all()):    # no row padded: no mask, so SDPA takes its causal path
+        logits = model(input_ids=torch.cat([prompt_ids, completion], 1),
+                       logits_to_keep=completion.shape[1] + 1).logits[:, :-1].float()        # (B, T, V)
+        logp_all = torch.log_softmax(logits, -1)
+        logp = logp_all.gather(-1, completion[..., None]).squeeze(-1)                     # (B, T)
+        with torch.no_grad():
+            torch.special.entr(logp_all.exp()).sum(-1)
+    else:
+        logp, _ = sequence_logprobs(model, prompt_ids, prompt_mask, completion, with_entropy=True,
+                                    share_prefix=False)
+    logp.sum().backward()
+    model.zero_grad(set_to_none=True)
+
+
+def counted_flops(model, inputs) -> float:
+    """FLOPs of one forward + backward as torch's FlopCounterMode counts them (linear layers)."""
+    from torch.utils.flop_counter import FlopCounterMode
+    with FlopCounterMode(display=False) as fc:
+        train_pass(model, inputs)
+    return float(fc.get_total_flops())
+
+
+# --------------------------------------------------------------------------- the table
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(BATCH))
+    ap.add_argument("--lengths", nargs="+", type=int, default=list(LENGTHS))
+    ap.add_argument("--reps", type=int, default=5, help="timed forward + backward passes per cell and lever")
+    ap.add_argument("--threads", type=int, default=2, help="torch threads on the CPU")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (bench/gpu_bench.sh)")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--levers", nargs="*", default=None, metavar="LEVER",
+                    help="time levers side by side with the default (no names: compile no_mask)")
+    args = ap.parse_args()
+    global DEVICE, DTYPE
+    DEVICE, DTYPE = torch.device(args.device), getattr(torch, args.dtype)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    levers = None if args.levers is None else (args.levers or ["compile", "no_mask"])
+    peak = square_peak()
+    where = (torch.cuda.get_device_name(0) if DEVICE.type == "cuda"
+             else f"{args.threads} threads, CPU {torch.backends.cpu.get_cpu_capability()}")
+    print(f"torch {torch.__version__}, {where}; {args.dtype} 1024^3 product: {peak / 1e9:.1f} GFLOP/s")
+    print(f"\n{'model':>5} {'T':>4} {'rows':>4} | {'GFLOP':>7} {'counted':>7} | {'roofline':>9} {'GFLOP/s':>7} | "
+          f"{'rl_lab':>8} {'GFLOP/s':>7} {'of roof':>7} {'of peak':>7}")
+    lever_rows = []
+    for size in args.sizes:
+        for length in args.lengths:
+            model, inputs = batch(size, length)
+            rows = inputs[0].shape[0]
+            fwd = gemms(model.config, rows, inputs[0].shape[1], length)
+            products = fwd + backward_gemms(fwd)
+            flops = sum(p[-1] for p in products)
+            linear = sum(p[-1] for p in products if p[0].lstrip("d").split("_")[0] not in ("scores", "values"))
+            counted = counted_flops(model, inputs)
+            roof = roofline_time(products)
+            t = statistics.median(_time(lambda: train_pass(model, inputs), min_time=0.0, reps=1)
+                                  for _ in range(args.reps))
+            print(f"{size:>5} {length:>4} {rows:>4} | {flops / 1e9:7.2f} {counted / linear:6.3f}x | "
+                  f"{roof:8.3f}s {flops / roof / 1e9:7.1f} | {t:7.3f}s {flops / t / 1e9:7.1f} "
+                  f"{roof / t:6.0%} {flops / t / peak:6.0%}")
+            if levers:
+                lever_rows.append((size, length, *compare_levers(model, inputs, levers, args.reps)))
+    if lever_rows:
+        print("\nlevers: time / default's time, median of alternating repetitions (quartiles); "
+              "compile's first call apart")
+        for size, length, ratios, first in lever_rows:
+            cells = ", ".join(f"{k} {m:.2f}x ({lo:.2f}-{hi:.2f})" for k, (m, lo, hi) in ratios.items())
+            extra = f"; compile's first call {first:.1f} s" if first is not None else ""
+            print(f"  {size:>5} T={length:<4} {cells}{extra}")
+
+
+def compare_levers(model, inputs, names, reps):
+    """Each lever against the default, alternating, after a warm-up (compile's is timed apart)."""
+    first = None
+    runs = {"default": (model, False)}
+    for name in names:
+        if name == "compile":
+            compiled = torch.compile(model, dynamic=False)
+            t = time.perf_counter()
+            train_pass(compiled, inputs)
+            sync()
+            first = time.perf_counter() - t
+            runs[name] = (compiled, False)
+        elif name == "no_mask":
+            runs[name] = (model, True)
+        else:
+            raise SystemExit(f"unknown lever {name!r}: choose compile or no_mask")
+    for m, no_mask in runs.values():
+        train_pass(m, inputs, no_mask)
+    times = {k: [] for k in runs}
+    for _ in range(reps):
+        for k, (m, no_mask) in runs.items():
+            t = time.perf_counter()
+            train_pass(m, inputs, no_mask)
+            sync()
+            times[k].append(time.perf_counter() - t)
+    ratios = {}
+    for k in names:
+        r = [a / b for a, b in zip(times[k], times["default"])]
+        q = statistics.quantiles(r, n=4, method="inclusive") if len(r) > 1 else [r[0], r[0], r[0]]
+        ratios[k] = (statistics.median(r), q[0], q[2])
+    return ratios, first
+
+
+if __name__ == "__main__":
+    main()
