@@ -34,7 +34,6 @@ from rl_lab.algos.method import StepState
 from rl_lab.algos.methods import build_methods
 from rl_lab.algos.modes import bypass_policy_loss, decoupled_policy_loss
 from rl_lab.algos.token_masks import DVP
-from rl_lab.algos.trloo import turn_group_metrics
 from rl_lab.config import ConfigError, RLConfig, SamplingConfig
 from rl_lab.corrections import rollout_correction, token_kl
 from rl_lab.engines import RolloutEngine, make_engine
@@ -249,10 +248,7 @@ class Trainer:
                                                    cfg.sampling(), self.generator,
                                                    **self._episode_kwargs()).to(self.device)
         rows = [e for e in examples for _ in range(cfg.num_generations)]
-        columns = {k: [r[k] for r in rows] for k in rows[0] if k != "prompt"}
-        rewards_np, per_func, reward_errors = call_reward_funcs(
-            self.reward_funcs, batch.prompts, batch.completions, batch.completion_ids.tolist(), columns)
-        rewards = torch.tensor(rewards_np, dtype=torch.float32, device=self.device)    # (B,)
+        rewards, per_func, reward_errors = self._rewards(batch, rows)                   # (B,), NaN on failure
         s = StepState(self, batch, examples, rows, rewards, batch.completion_mask.bool())  # mask (B, T)
         t_rollout = time.perf_counter()
 
@@ -285,8 +281,7 @@ class Trainer:
 
         # UPDATE: num_iterations optimizer steps on this batch (loss/grad_norm logged from the last)
         skipped, grad_norm, loss_value, pg_metrics = 0, float("nan"), float("nan"), {}
-        for group in self.optimizer.param_groups:
-            group["lr"] = cfg.learning_rate * self._lr_factor(self.global_step)
+        self._set_learning_rate()
         skip = any(self._hook("skip_update", s))                          # zero-spread steps
         for it in range(0 if skip else cfg.num_iterations):
             if it > 0:
@@ -307,13 +302,27 @@ class Trainer:
                                      s.old_logp_safe - s.rollout_logp, finite, nonempty)
         metrics.update({"loss": loss_value, "grad_norm": grad_norm, "faults/skipped_steps": skipped,
                         **corr_metrics, **pg_metrics, **(batch.episode_metrics or {})})
-        if batch.turn_ids is not None and getattr(self.environment, "max_turns", 2) > 1:   # per-turn group sizes
-            metrics.update(turn_group_metrics(s.counted, batch.turn_ids, batch.group_ids))
         for method_metrics in self._hook("metrics", s):
             metrics.update(method_metrics)
+        return self._timing_and_eval(metrics, t0, t_rollout)
+
+    def _rewards(self, batch: RolloutBatch, rows: list) -> tuple[torch.Tensor, dict, dict]:
+        """The reward functions on the batch (TRL's keyword arguments, the rows' dataset columns):
+        rewards (B,) float32, NaN where a function failed; per-function rewards; the errors."""
+        columns = {k: [r[k] for r in rows] for k in rows[0] if k != "prompt"}
+        rewards_np, per_func, reward_errors = call_reward_funcs(
+            self.reward_funcs, batch.prompts, batch.completions, batch.completion_ids.tolist(), columns)
+        return torch.tensor(rewards_np, dtype=torch.float32, device=self.device), per_func, reward_errors
+
+    def _set_learning_rate(self) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.config.learning_rate * self._lr_factor(self.global_step)
+
+    def _timing_and_eval(self, metrics: dict, t0: float, t_rollout: float) -> dict:
+        """The step's timing, and the greedy evaluation every eval_steps steps."""
         t1 = time.perf_counter()
         metrics.update({"time/rollout": t_rollout - t0, "time/update": t1 - t_rollout, "step_time": t1 - t0})
-        if cfg.eval_steps and self.global_step % cfg.eval_steps == 0:
+        if self.config.eval_steps and self.global_step % self.config.eval_steps == 0:
             t2 = time.perf_counter()
             metrics.update(self.evaluate())
             metrics["time/eval"] = time.perf_counter() - t2

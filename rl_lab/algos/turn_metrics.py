@@ -1,7 +1,9 @@
-"""Per-turn rewards of multi-turn episodes (rewards/turn_<k>/mean), where the task gives them."""
+"""Per-turn metrics of multi-turn episodes: rewards/turn_<k>/mean where the task gives them, and
+the per-turn group sizes (turns/varying_groups, turns/shrink_spread; rl_lab.algos.trloo)."""
 from __future__ import annotations
 
 from rl_lab.algos.method import Method, StepState
+from rl_lab.algos.trloo import turn_group_metrics
 from rl_lab.tasks import turn_reward_metrics
 
 
@@ -13,8 +15,10 @@ class TurnRewardMetrics(Method):
         return True                     # logs only when the run has an environment
 
     def metrics(self, s: StepState) -> dict:
-        env = s.trainer.environment
-        if env is None:
-            return {}
-        columns = {k: [r[k] for r in s.rows] for k in s.rows[0] if k != "prompt"}
-        return turn_reward_metrics(s.trainer.task, s.batch.completions, columns, env.max_turns)
+        env, out = s.trainer.environment, {}
+        if s.batch.turn_ids is not None and getattr(env, "max_turns", 2) > 1:   # per-turn group sizes
+            out.update(turn_group_metrics(s.counted, s.batch.turn_ids, s.batch.group_ids))
+        if env is not None:
+            columns = {k: [r[k] for r in s.rows] for k in s.rows[0] if k != "prompt"}
+            out.update(turn_reward_metrics(s.trainer.task, s.batch.completions, columns, env.max_turns))
+        return out
