@@ -219,6 +219,7 @@ def compare_levers(model, inputs, names, reps):
     runs = {"default": (model, False)}
     for name in names:
         if name == "compile":
+            torch._dynamo.reset()          # each cell compiles afresh: no recompile limit across cells
             compiled = torch.compile(model, dynamic=False)
             t = time.perf_counter()
             train_pass(compiled, inputs)
