@@ -21,6 +21,9 @@ For each cell of section 5's grid (model 0.3M / 3M / 30M x completion length T) 
     python bench/bench_roofline.py --sizes 0.3M --lengths 16 128 --reps 3
     python bench/bench_roofline.py --levers                # + the speed levers, side by side
 
+`--decode` times the static decoder's one-token step (the sampler's inner loop) eager against
+torch.compile, alternating.
+
 `--levers` times, in the same run and alternating repetition by repetition, the default path
 against each candidate of issue 32 alone (ratios < 1 are faster): `compile` (torch.compile of the
 model, inductor; its compile time printed apart), `no_mask` (no attention mask when no row is
@@ -174,6 +177,7 @@ def main():
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--levers", nargs="*", default=None, metavar="LEVER",
                     help="time levers side by side with the default (no names: compile no_mask)")
+    ap.add_argument("--decode", action="store_true", help="also the static decoder's step under torch.compile")
     args = ap.parse_args()
     global DEVICE, DTYPE
     DEVICE, DTYPE = torch.device(args.device), getattr(torch, args.dtype)
@@ -204,6 +208,13 @@ def main():
                   f"{roof / t:6.0%} {flops / t / peak:6.0%}")
             if levers:
                 lever_rows.append((size, length, *compare_levers(model, inputs, levers, args.reps)))
+    if args.decode:
+        print("\nthe static decoder's step under torch.compile (compiled / eager time, alternating):")
+        for size in args.sizes:
+            rows = BATCH[size][0] * BATCH[size][1]
+            eager, r, first, diff = compare_decode(size, rows)
+            print(f"  {size:>5} {rows} rows: eager {eager * 1e3:.2f} ms/step, compiled {r:.2f}x, "
+                  f"first call {first:.1f} s, max |logit difference| {diff:.1e}")
     if lever_rows:
         print("\nlevers: time / default's time, median of alternating repetitions (quartiles); "
               "compile's first call apart")
@@ -245,6 +256,43 @@ def compare_levers(model, inputs, names, reps):
         q = statistics.quantiles(r, n=4, method="inclusive") if len(r) > 1 else [r[0], r[0], r[0]]
         ratios[k] = (statistics.median(r), q[0], q[2])
     return ratios, first
+
+
+def compare_decode(size: str, rows: int, reps: int = 7, calls: int = 20) -> tuple[float, float, float, float]:
+    """The static decoder's one-token step (rl_lab.engines.fast_decode.decode_step) eager and under
+    torch.compile, alternating, 57 tokens into the cache (one 64-key block): (eager seconds per
+    step, compiled / eager, compile's first call in seconds, max |logit difference|)."""
+    from rl_lab.engines import fast_decode
+    from rl_lab.models import build_model
+    model, _ = build_model(size, seed=0)
+    dec = fast_decode.StaticDecoder(model.to(DEVICE, DTYPE), rows, 128)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(4, model.config.vocab_size, (rows, PROMPT), generator=g).to(DEVICE)
+    dec.prefill(ids, torch.ones_like(ids), torch.arange(PROMPT, device=DEVICE)[None].repeat(rows, 1))
+    for _ in range(50):
+        dec.step(torch.randint(4, model.config.vocab_size, (rows,), generator=g).to(DEVICE),
+                 torch.full((rows,), dec.length, device=DEVICE))
+    args = (dec.weights, dec.k, dec.v, dec.key_ok[:, :64], dec.indices[dec.length],
+            torch.randint(4, model.config.vocab_size, (rows,), generator=g).to(DEVICE),
+            torch.full((rows,), dec.length, device=DEVICE))
+    torch._dynamo.reset()
+    compiled = torch.compile(fast_decode.decode_step, dynamic=False)
+    with torch.no_grad():
+        eager_out = fast_decode.decode_step(*args)
+        t = time.perf_counter()
+        diff = (compiled(*args) - eager_out).abs().max().item()
+        sync()
+        first = time.perf_counter() - t
+        times = {"eager": [], "compiled": []}
+        for _ in range(reps):
+            for name, fn in (("eager", fast_decode.decode_step), ("compiled", compiled)):
+                t = time.perf_counter()
+                for _ in range(calls):
+                    fn(*args)
+                sync()
+                times[name].append((time.perf_counter() - t) / calls)
+    ratio = statistics.median(c / e for c, e in zip(times["compiled"], times["eager"]))
+    return statistics.median(times["eager"]), ratio, first, diff
 
 
 if __name__ == "__main__":
