@@ -43,7 +43,7 @@ def build_config(args):
 
 def _cli_fields(args) -> tuple[dict, dict]:
     """The RLConfig fields a command line gives: (from --config, --task, --seed; from --set)."""
-    from rl_lab.config import ConfigError
+    from rl_lab.errors import ConfigError
 
     given = {}
     if args.config:
@@ -68,13 +68,14 @@ def resume_config(args):
     """`--resume`: the config saved in <out>/config.yaml.  A field this command line gives a
     different value is refused unless it came with --set (a deliberate change), and the changed
     fields are listed on stderr; $RL_LAB_PRESET and the preset defaults do not apply."""
-    from rl_lab.config import _PRESET_OVERRIDES, ConfigError, RLConfig, preset_name
-    from rl_lab.trainer import config_changes
+    from rl_lab.config import _PRESET_OVERRIDES, RLConfig, preset_name
+    from rl_lab.errors import ConfigError
+    from rl_lab.runs import RunFolder, config_changes
 
-    path = Path(args.out) / "config.yaml"
-    saved = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(saved, dict):
-        raise ConfigError(f"{path} must hold a mapping of RLConfig fields")
+    folder = RunFolder(args.out)
+    saved = folder.saved_config()
+    if saved is None:
+        raise ConfigError(f"{folder.config_path} must hold a mapping of RLConfig fields")
     given, set_fields = _cli_fields(args)
     for fields, preset in ((given, given.pop("preset", None) or args.preset),
                            (set_fields, set_fields.pop("preset", None))):
@@ -89,8 +90,8 @@ def resume_config(args):
     if refused:
         what = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in refused.items())
         example = next(iter(refused))
-        raise ConfigError(f"--resume continues {args.out} with its saved {path}, and this command changes "
-                          f"{what}.  Leave those options out to continue the run as it was, or change a "
+        raise ConfigError(f"--resume continues {args.out} with its saved {folder.config_path}, and this "
+                          f"command changes {what}.  Leave those options out to continue the run as it was, or change a "
                           f"field on purpose with --set (e.g. --set {example}={refused[example][1]!r})")
     if changes:
         print(f"resuming {args.out} with changed config (saved -> now): "
@@ -99,21 +100,16 @@ def resume_config(args):
 
 
 def cmd_train(args) -> int:
-    from rl_lab.config import ConfigError
-    from rl_lab.trainer import Trainer, describe_run, first_last_fifth
+    from rl_lab.runs import RunFolder, check_resume_overwrite
+    from rl_lab.trainer import Trainer, first_last_fifth
 
-    if args.resume and args.overwrite:
-        raise ConfigError("--resume continues the run in --out and --overwrite deletes it: choose one")
-    if args.resume and args.out and (Path(args.out) / "config.yaml").exists():
+    check_resume_overwrite(args.resume, args.overwrite, args.out)
+    if args.resume and args.out and RunFolder(args.out).config_path.exists():
         cfg = resume_config(args)
     else:
         cfg = build_config(args)
     if cfg.output_dir and not args.resume and not args.overwrite:
-        found = describe_run(cfg.output_dir)
-        if found:
-            raise ConfigError(f"{cfg.output_dir} already holds a run: {found}.  Continue it with "
-                              f"`rl-lab train --out {cfg.output_dir} --resume` (add --set KEY=VALUE to change "
-                              f"a field), or start over with --overwrite, which deletes those files first")
+        RunFolder(cfg.output_dir).refuse_if_taken()   # before the model is built (Trainer.train checks too)
     trainer = Trainer(cfg)
     resumed = trainer.resume() if args.resume else False
     if args.resume and not resumed:
@@ -147,7 +143,8 @@ def cmd_plot(args) -> int:
 
 
 def main(argv=None) -> int:
-    from rl_lab.config import PRESETS, ConfigError
+    from rl_lab.config import PRESETS
+    from rl_lab.errors import ConfigError
 
     ap = argparse.ArgumentParser(prog="rl-lab", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
