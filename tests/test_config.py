@@ -4,7 +4,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from rl_lab.cli import main as cli_main
+from rl_lab.tools.cli import main as cli_main
 from rl_lab.config import ConfigError, RLConfig, SamplingConfig, WarmStartConfig
 from rl_lab.models import CHECKPOINT_DIR, warm_start_path
 
@@ -79,7 +79,7 @@ def test_a_missing_warm_start_is_a_config_error_that_says_how_to_build_one():
         with pytest.raises(ConfigError) as e:
             call()
         msg = str(e.value)
-        assert f"python -m rl_lab.warmstart --task {task}" in msg
+        assert f"python -m rl_lab.tools.warmstart --task {task}" in msg
         assert all(name in msg for name in shipped) and "size preset" in msg
     with pytest.raises(ConfigError, match="warm-start:7B"):
         check_model_spec("warm-start:7B", "addition")
@@ -92,7 +92,7 @@ def test_a_missing_warm_start_is_a_config_error_that_says_how_to_build_one():
 def test_cli_turns_model_and_task_errors_into_exit_2(capsys, tmp_path):
     task = _missing_task()
     for argv, words in [
-        (["train", "--task", task], ["python -m rl_lab.warmstart", "warm start"]),
+        (["train", "--task", task], ["python -m rl_lab.tools.warmstart", "warm start"]),
         (["train", "--task", "addition", "--set", "task_kwargs={length: 3}"], ["accepts", "digits"]),
         (["train", "--task", "addition", "--set", "task_kwargs={digits: 9}"], ["digits=9"]),
         (["train", "--set", "model=/no/such/model"], ["/no/such/model"]),

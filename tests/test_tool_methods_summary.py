@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rl_lab.stats import welch_t
+from rl_lab.tools.stats import welch_t
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("tool_methods", ROOT / "research/tool_methods/summarize.py")

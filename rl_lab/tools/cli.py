@@ -131,7 +131,7 @@ def cmd_train(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from rl_lab.plots import plot_training
+    from rl_lab.tools.plots import plot_training
     from rl_lab.utils import read_metrics
 
     df = read_metrics(Path(args.run) / "metrics.jsonl")
@@ -165,24 +165,24 @@ def main(argv=None) -> int:
                     help="delete the run already in --out (metrics, checkpoints, final model) and start over")
     pl = sub.add_parser("plot", help="plot a run's metrics to <run>/metrics.png")
     pl.add_argument("run")
-    sw = sub.add_parser("sweep", help="run a YAML grid of RLConfig fields x seeds (see rl_lab.sweep)")
+    sw = sub.add_parser("sweep", help="run a YAML grid of RLConfig fields x seeds (see rl_lab.tools.sweep)")
     sw.add_argument("spec", help="YAML file with base:, grid:, seeds:, out: (and optional metrics:)")
     sw.add_argument("--workers", type=int, default=1, help="parallel worker processes (default 1)")
     sw.add_argument("--threads", type=int, help="torch threads per worker (default: cpu count // workers)")
     sw.add_argument("--out", type=Path, help="override the spec's out: folder")
     sw.add_argument("--dry-run", action="store_true", help="print the run list and what is done, run nothing")
     sw.add_argument("--no-progress", action="store_true", help="no progress bar")
-    ws = sub.add_parser("warmstart", help="build the warm-start checkpoints (see python -m rl_lab.warmstart -h)")
+    ws = sub.add_parser("warmstart", help="build the warm-start checkpoints (see python -m rl_lab.tools.warmstart -h)")
     ws.add_argument("rest", nargs=argparse.REMAINDER)
     from rl_lab.integrations.verl_cli import add_export_arguments, add_import_arguments
     add_export_arguments(sub.add_parser("export", help="write an RLConfig as a verl run: overrides, command, data, "
                                         "reward, model (see rl_lab.integrations.verl)"))
     add_import_arguments(sub.add_parser("import-metrics", help="read a verl run's logged metrics into "
                                         "<out>/metrics.jsonl, under Trainer.metrics() names"))
-    from rl_lab.doctor import add_arguments as add_doctor_arguments
+    from rl_lab.tools.doctor import add_arguments as add_doctor_arguments
     add_doctor_arguments(sub.add_parser("doctor", help="check this machine for the labs: Python, torch, "
                                         "threads, vLLM, one step's time, disk, the Jupyter kernel"))
-    from rl_lab.diagnose import add_arguments as add_diagnose_arguments
+    from rl_lab.tools.diagnose import add_arguments as add_diagnose_arguments
     add_diagnose_arguments(sub.add_parser("diagnose", help="read a run's metrics (rl_lab, verl, flat JSONL, W&B "
                                           "CSV) and say whether and why it collapsed, with verl overrides to try"))
     args = ap.parse_args(argv)
@@ -194,15 +194,15 @@ def main(argv=None) -> int:
         if args.command in ("export", "import-metrics"):
             return args.run(args)
         if args.command == "sweep":
-            from rl_lab.sweep import cmd_sweep
+            from rl_lab.tools.sweep import cmd_sweep
             return cmd_sweep(args)
         if args.command == "doctor":
-            from rl_lab.doctor import cmd_doctor
+            from rl_lab.tools.doctor import cmd_doctor
             return cmd_doctor(args)
         if args.command == "diagnose":
-            from rl_lab.diagnose import cmd_diagnose
+            from rl_lab.tools.diagnose import cmd_diagnose
             return cmd_diagnose(args)
-        from rl_lab.warmstart import main as warmstart_main
+        from rl_lab.tools.warmstart import main as warmstart_main
         return warmstart_main(args.rest)
     except ConfigError as e:
         print(f"rl-lab: config error: {e}", file=sys.stderr)
