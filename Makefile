@@ -41,7 +41,7 @@ setup:
 	$(PIP) install -q $(if $(CONSTRAINTS),-c $(CONSTRAINTS)) -e ".[dev]"
 	CONSTRAINTS="$(CONSTRAINTS)" bash tools/install_vllm.sh $(VENV)
 	CONSTRAINTS="$(CONSTRAINTS)" bash tools/install_verl.sh $(VENV)
-	$(PY) -m rl_lab.kernel install >/dev/null   # ipykernel, after rl_lab's thread policy (BENCHMARKS.md, 9)
+	$(PY) -m rl_lab.tools.kernel install >/dev/null   # ipykernel, after rl_lab's thread policy (BENCHMARKS.md, 9)
 	bash tools/vendor_assets.sh
 	@echo "setup done: activate with  . $(VENV)/bin/activate"
 
@@ -91,11 +91,11 @@ lint:
 
 # Overwrites rl_lab/checkpoints/ and MANIFEST.json.
 checkpoints:
-	$(PY) -m rl_lab.warmstart --all
+	$(PY) -m rl_lab.tools.warmstart --all
 
 # Changes nothing: rebuilds elsewhere and compares with the manifest.
 check-checkpoints:
-	$(PY) -m rl_lab.warmstart --all --check
+	$(PY) -m rl_lab.tools.warmstart --all --check
 
 # Ratios measured side by side in one run each; results and machine in BENCHMARKS.md.
 bench: bench-short bench-long

@@ -40,7 +40,7 @@ import bench_rl_step as rl_step  # noqa: E402  (the contenders)
 import torch  # noqa: E402
 
 import rl_lab.trainer as trainer_module  # noqa: E402
-from rl_lab.stats import power_law_exponent  # noqa: E402
+from rl_lab.tools.stats import power_law_exponent  # noqa: E402
 
 LENGTHS = (16, 128, 512)
 SIZES = ("0.3M", "3M", "30M")

@@ -30,7 +30,7 @@ import torch
 
 from rl_lab import build_model
 from rl_lab.config import SamplingConfig
-from rl_lab.stats import power_law_exponent
+from rl_lab.tools.stats import power_law_exponent
 from rl_lab.engines.rollout import HFEngine
 
 

@@ -2,7 +2,7 @@
 
 The cell is research/stability_map's staleness-2 / lr 5e-4 cell (warm-started 0.3M model, 2-digit
 addition, 8 x 8 completions, 300 steps, a held-out eval at the end) over `--seeds` seeds. Each
-setting runs the same sweep afresh in its own temporary folder with `rl_lab.sweep.run_sweep`:
+setting runs the same sweep afresh in its own temporary folder with `rl_lab.tools.sweep.run_sweep`:
 
     1 worker  x all threads   one run at a time, torch using every core
     N workers x 1 thread       N runs at once (spawned processes), one thread each
@@ -23,7 +23,7 @@ import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from rl_lab.sweep import _cpu_count, run_sweep
+from rl_lab.tools.sweep import _cpu_count, run_sweep
 
 CELL = {"task": "addition", "preset": "smoke", "model": "warm-start", "prompts_per_step": 8,
         "num_generations": 8, "sampler_staleness": 2, "learning_rate": 5e-4}

@@ -7,7 +7,7 @@ processes train on the same CPUs, under each candidate thread policy.
 Every process of a cell (the measured one and its busy neighbours) runs under the same policy, as a
 package default would make them: the question is what each kernel should do when a student opens
 several labs at once.  The measured process times `--steps` smoke-preset RL steps on the addition
-warm start (rl_lab.doctor.time_rl_steps, the step `rl-lab doctor` times) after 3 warm-up steps and
+warm start (rl_lab.tools.doctor.time_rl_steps, the step `rl-lab doctor` times) after 3 warm-up steps and
 reports the median; the neighbours run the same steps in a loop until the cell ends.  The table
 gives ms per step and the ratio to "today" with no neighbour, measured side by side in this run.
 Run it on an otherwise idle machine: anything else running is one more neighbour.
@@ -42,7 +42,7 @@ interop = json.loads(sys.argv[2])
 import torch
 if interop is not None:
     torch.set_num_interop_threads(interop)
-from rl_lab.doctor import time_rl_steps
+from rl_lab.tools.doctor import time_rl_steps
 if sys.argv[1] == "busy":
     from rl_lab.config import get_preset
     from rl_lab.trainer import Trainer

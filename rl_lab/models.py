@@ -96,13 +96,13 @@ def warm_start_path(task: str, size: str = "0.3M") -> Path:
 
 
 def load_warm_start(task: str, size: str = "0.3M"):
-    """The shipped supervised warm start for `task` (see `rl_lab.warmstart`)."""
+    """The shipped supervised warm start for `task` (see `rl_lab.tools.warmstart`)."""
     path = warm_start_path(task, size)
     if not (path / "model.safetensors").exists():
         have = sorted(p.name for p in CHECKPOINT_DIR.glob("*-*") if p.is_dir())
         raise FileNotFoundError(
             f"no warm-start checkpoint for task={task!r} size={size!r} at {path}; shipped: {have}. "
-            f"Make one with: python -m rl_lab.warmstart --task {task} --size {size}")
+            f"Make one with: python -m rl_lab.tools.warmstart --task {task} --size {size}")
     return load_model(path)
 
 
@@ -127,7 +127,7 @@ def check_model_spec(spec: str, task: str) -> None:
             raise ConfigError(
                 f"RLConfig.model={spec!r}: there is no {size} warm start for task={task!r} "
                 f"(shipped warm starts: {shipped_warm_starts()}).  Build one with "
-                f"`python -m rl_lab.warmstart --task {task} --size {size}` (it writes "
+                f"`python -m rl_lab.tools.warmstart --task {task} --size {size}` (it writes "
                 f"{warm_start_path(task, size)}), or set model to a size preset {list(MODEL_SIZES)} "
                 "(random init) or to the path of a saved causal LM")
         return

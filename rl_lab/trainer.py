@@ -18,15 +18,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import re
-import shutil
 import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
-import yaml
 
 from rl_lab.algos.estimators import ADV_ESTIMATORS
 from rl_lab.algos.grpo import aggregate_loss, sequence_logprobs
@@ -34,87 +31,19 @@ from rl_lab.algos.method import StepState
 from rl_lab.algos.methods import build_methods
 from rl_lab.algos.modes import bypass_policy_loss, decoupled_policy_loss
 from rl_lab.algos.token_masks import DVP
-from rl_lab.config import ConfigError, RLConfig, SamplingConfig
+from rl_lab.config import RLConfig, SamplingConfig
 from rl_lab.corrections import rollout_correction, token_kl
 from rl_lab.engines import RolloutEngine, make_engine
-from rl_lab.models import quiet_hf_progress, resolve_model
+from rl_lab.models import resolve_model
 from rl_lab.engines.rollout import HFEngine, RolloutBatch
+from rl_lab.errors import ConfigError
+from rl_lab.runs import RunFolder, check_resume_overwrite, load_checkpoint, save_model
 from rl_lab.schedules import length_triggered_lr_factor
 from rl_lab.tasks import get_task
-from rl_lab.utils import (atomic_replace_dir, atomic_write_text, json_line, null_to_nan, pick_device, read_jsonl,
-                          recover_replaced_dir, remove_dir, seed_everything)
+from rl_lab.utils import null_to_nan, pick_device, seed_everything
 
 log = logging.getLogger(__name__)
 TIMING_KEYS = ("step_time", "time/rollout", "time/update", "time/eval")
-CHECKPOINT_RE = re.compile(r"checkpoint-(\d+)")
-LATEST = "latest_checkpoint"          # names the newest checkpoint of the run that wrote it
-
-
-def checkpoint_dirs(output_dir: Path) -> dict[int, Path]:
-    """{step: folder} of the `checkpoint-N` folders (not `.old`, temp or half-deleted ones)."""
-    found = {}
-    for p in output_dir.glob("checkpoint-*"):
-        m = CHECKPOINT_RE.fullmatch(p.name)
-        if m and p.is_dir():
-            found[int(m.group(1))] = p
-    return found
-
-
-def describe_run(output_dir: str | Path) -> str | None:
-    """What an earlier run left in `output_dir` (None when it holds none of a run's files)."""
-    out = Path(output_dir)
-    if not out.is_dir():
-        return None
-    parts = []
-    metrics = out / "metrics.jsonl"
-    if metrics.exists():
-        rows = read_jsonl(metrics)
-        steps = f", steps {rows[0].get('step')}-{rows[-1].get('step')}" if rows else ""
-        parts.append(f"metrics.jsonl ({len(rows)} rows{steps})")
-    ckpts = checkpoint_dirs(out)
-    if ckpts:
-        parts.append(", ".join(ckpts[s].name for s in sorted(ckpts)))
-    if (out / "final").exists():
-        parts.append("final/")
-    if (out / "config.yaml").exists():
-        parts.append("config.yaml")
-    return "; ".join(parts) or None
-
-
-def clear_run(output_dir: str | Path) -> None:
-    """Delete a run's files from `output_dir` (metrics, config, checkpoints, final model and
-    their temporary copies); anything else in the folder stays."""
-    out = Path(output_dir)
-    if not out.is_dir():
-        return
-    patterns = ("metrics.jsonl", "metrics.png", "config.yaml", "config.until-step-*.yaml", LATEST,
-                "checkpoint-*", ".checkpoint-*", "final", "final.*", ".final.*", ".metrics.jsonl.*",
-                ".config.yaml.*")
-    for pattern in patterns:
-        for p in out.glob(pattern):
-            if p.is_dir():
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                p.unlink(missing_ok=True)
-
-
-def config_changes(saved: dict, config: RLConfig) -> dict[str, tuple]:
-    """{field: (saved value, value in `config`)} for the fields that differ from a saved
-    config.yaml (output_dir, and fields the saved file does not have, are not compared)."""
-    try:
-        before = RLConfig.from_dict({k: v for k, v in saved.items()}).to_dict()
-    except (ConfigError, TypeError):
-        before = dict(saved)
-    now = config.to_dict()
-    changes = {}
-    for k in now:
-        if k == "output_dir" or k not in before or before[k] == now[k]:
-            continue
-        if isinstance(before[k], dict) and isinstance(now[k], dict) and k != "task_kwargs":   # a nested config
-            changes.update({f"{k}.{n}": (before[k].get(n), v) for n, v in now[k].items() if before[k].get(n) != v})
-        else:
-            changes[k] = (before[k], now[k])
-    return changes
 
 
 def call_reward_funcs(reward_funcs, prompts, completions, completion_ids, columns):
@@ -218,6 +147,7 @@ class Trainer:
         self.history: list[dict] = []
         self.mean_lengths: list[float] = []   # per step, for lr_scheduler_type="length_triggered"
         self.output_dir = Path(cfg.output_dir) if cfg.output_dir else None
+        self.run_folder = RunFolder(self.output_dir) if self.output_dir is not None else None   # rl_lab.runs
         self._continues_output_dir = False   # True once resume() or train() took the folder on
 
     # ------------------------------------------------------------------ schedule
@@ -497,40 +427,31 @@ class Trainer:
 
         cfg = self.config
         max_steps = max_steps or cfg.max_steps
-        if resume and overwrite:
-            raise ConfigError("resume and overwrite exclude each other: continue the run in "
-                              f"{self.output_dir} or delete it, not both")
+        check_resume_overwrite(resume, overwrite, self.output_dir)
         if resume:
             self.resume()
-        if self.output_dir is not None:
+        if self.run_folder is not None:
             if overwrite and not self._continues_output_dir:
-                clear_run(self.output_dir)
+                self.run_folder.clear()
             elif not self._continues_output_dir:
-                found = describe_run(self.output_dir)
-                if found:
-                    raise ConfigError(
-                        f"{self.output_dir} already holds a run: {found}.  Continue it with resume "
-                        f"(rl-lab train --out {self.output_dir} --resume; Trainer.train(resume=True)) "
-                        f"or start over with overwrite (rl-lab train ... --overwrite; "
-                        f"Trainer.train(overwrite=True)), which deletes those files first")
+                self.run_folder.refuse_if_taken()
             self._continues_output_dir = True
-            self.output_dir.mkdir(parents=True, exist_ok=True)
-            self._trim_metrics()
-            self._write_config()
+            self.run_folder.path.mkdir(parents=True, exist_ok=True)
+            self.run_folder.trim_metrics(self.global_step)   # none at step 0: a resume that found no checkpoint
+            self.run_folder.write_config(cfg, self.global_step)
         bar = tqdm(total=max_steps, initial=self.global_step, desc=f"RL {cfg.task}",
                    disable=not cfg.progress_bar, leave=True)
         while self.global_step < max_steps:
             metrics = self.step()
             self.history.append(metrics)
-            if self.output_dir is not None:
-                with open(self.output_dir / "metrics.jsonl", "a") as f:
-                    f.write(json_line(metrics))
+            if self.run_folder is not None:
+                self.run_folder.append_metrics(metrics)
                 if cfg.save_steps and self.global_step % cfg.save_steps == 0:
                     self.save_checkpoint()
             bar.update(1)
             bar.set_postfix(reward=f"{metrics['reward']:.3f}")
         bar.close()
-        if self.output_dir is not None:
+        if self.run_folder is not None:
             self.save_checkpoint()
             self.save_model(self.output_dir / "final")
         return self.metrics()
@@ -538,49 +459,14 @@ class Trainer:
     def metrics(self) -> pd.DataFrame:
         return pd.DataFrame(self.history)
 
-    def _trim_metrics(self) -> None:
-        """metrics.jsonl keeps only the rows up to the step the run continues from (none when
-        a resumed run found no checkpoint and starts again at step 0)."""
-        path = self.output_dir / "metrics.jsonl"
-        if path.exists():
-            rows = read_jsonl(path)
-            keep = [r for r in rows if r.get("step", 0) <= self.global_step]
-            if len(keep) != len(rows) or path.stat().st_size != sum(len(json_line(r)) for r in rows):
-                atomic_write_text(path, "".join(json_line(r) for r in keep))
-
-    def _write_config(self) -> None:
-        """config.yaml is the config in force; a continued run whose config changed keeps the
-        earlier one as config.until-step-N.yaml."""
-        path = self.output_dir / "config.yaml"
-        if path.exists() and self.global_step > 0:
-            try:
-                saved = yaml.safe_load(path.read_text()) or {}
-            except yaml.YAMLError:
-                saved = {}
-            if isinstance(saved, dict) and config_changes(saved, self.config):
-                atomic_write_text(self.output_dir / f"config.until-step-{self.global_step}.yaml", path.read_text())
-        atomic_write_text(path, yaml.safe_dump(self.config.to_dict(), sort_keys=False))
-
-    # ------------------------------------------------------------------ checkpoints
+    # ------------------------------------------------------------------ checkpoints (rl_lab.runs)
     def save_model(self, path: str | Path) -> None:
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        with quiet_hf_progress():
-            self.model.save_pretrained(tmp, safe_serialization=True)
-        self.tokenizer.save_pretrained(tmp)
-        atomic_replace_dir(tmp, path)
+        save_model(self.model, self.tokenizer, path)
 
     def save_checkpoint(self, keep: int = 2) -> Path:
         """Weights, optimizer, scheduler, RNG states and step, written atomically."""
-        if self.output_dir is None:
+        if self.run_folder is None:
             raise ConfigError("save_checkpoint needs RLConfig.output_dir")
-        final = self.output_dir / f"checkpoint-{self.global_step}"
-        tmp = self.output_dir / f".checkpoint-{self.global_step}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        with quiet_hf_progress():
-            self.model.save_pretrained(tmp, safe_serialization=True)
-        self.tokenizer.save_pretrained(tmp)
         # tensors and plain containers only: resume() reads it with torch.load(weights_only=True)
         state = {"global_step": int(self.global_step), "num_tokens": int(self.num_tokens),
                  "mean_lengths": [float(x) for x in self.mean_lengths],
@@ -588,57 +474,24 @@ class Trainer:
                  "rng": self.rng.bit_generator.state, "generator": self.generator.get_state(),
                  "ref_model": self.ref_model.state_dict() if self.ref_model is not None else None,
                  "engine": self.engine.state_dict() if hasattr(self.engine, "state_dict") else None}
-        torch.save(state, tmp / "trainer_state.pt")
-        atomic_replace_dir(tmp, final)
-        atomic_write_text(self.output_dir / LATEST, final.name + "\n")
-        # rotation among the checkpoints before this one: the one just written always stays, and
-        # a higher step number (an older run's, left in the folder) is not this run's to delete
-        ckpts = checkpoint_dirs(self.output_dir)
-        earlier = sorted(s for s in ckpts if s < self.global_step)
-        for s in earlier[:max(0, len(earlier) - (keep - 1))]:
-            remove_dir(ckpts[s])
-        return final
-
-    def _recover_checkpoints(self) -> None:
-        """Repair what a process killed during a save left: a checkpoint moved aside to
-        `checkpoint-N.old` goes back (or goes, if its replacement is in place), and temporary
-        and half-deleted folders are removed."""
-        for old in self.output_dir.glob("checkpoint-*.old"):
-            recover_replaced_dir(old.with_name(old.name[:-len(".old")]))
-        for junk in list(self.output_dir.glob(".checkpoint-*.tmp")) + list(self.output_dir.glob(".*.del")):
-            shutil.rmtree(junk, ignore_errors=True)
+        return self.run_folder.save_checkpoint(self.global_step, self.model, self.tokenizer, state, keep=keep)
 
     def last_checkpoint(self) -> Path | None:
-        """The newest checkpoint of the run that last saved here (named in `latest_checkpoint`),
-        else the complete checkpoint with the highest step."""
-        if self.output_dir is None or not self.output_dir.exists():
-            return None
-        self._recover_checkpoints()
-        ckpts = {s: p for s, p in checkpoint_dirs(self.output_dir).items() if (p / "trainer_state.pt").exists()}
-        latest = self.output_dir / LATEST
-        if latest.exists():
-            name = latest.read_text().strip()
-            m = CHECKPOINT_RE.fullmatch(name)
-            if m and int(m.group(1)) in ckpts:
-                return ckpts[int(m.group(1))]
-        return ckpts[max(ckpts)] if ckpts else None
+        """The newest checkpoint of the run that last saved in output_dir (RunFolder.last_checkpoint)."""
+        return self.run_folder.last_checkpoint() if self.run_folder is not None else None
 
     def resume(self, path: str | Path | None = None) -> bool:
         """Load the last (or given) checkpoint; trims metrics.jsonl to it.  False if none."""
-        from safetensors.torch import load_file
-
-        if self.output_dir is not None:
+        if self.run_folder is not None:
             self._continues_output_dir = True
-            self._log_config_changes()
+            changes = self.run_folder.config_changes(self.config)
+            if changes:
+                log.warning("resuming %s with a config that differs from its config.yaml: %s", self.output_dir,
+                            ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items()))
         path = Path(path) if path else self.last_checkpoint()
         if path is None:
             return False
-        weights = load_file(path / "model.safetensors", device=str(self.device))
-        missing, unexpected = self.model.load_state_dict(weights, strict=False)
-        if unexpected or any("lm_head" not in k for k in missing):  # lm_head is tied
-            raise RuntimeError(f"checkpoint {path} does not match the model: "
-                               f"missing {missing}, unexpected {unexpected}")
-        state = torch.load(path / "trainer_state.pt", map_location=self.device, weights_only=True)
+        state = load_checkpoint(path, self.model, self.device)
         self.optimizer.load_state_dict(state["optimizer"])
         self.rng.bit_generator.state = state["rng"]
         self.generator.set_state(state["generator"].cpu() if self.device.type == "cpu" else state["generator"])
@@ -648,22 +501,9 @@ class Trainer:
             self.engine.load_state_dict(state["engine"])
         self.global_step, self.num_tokens = state["global_step"], state["num_tokens"]
         self.mean_lengths = list(state.get("mean_lengths", []))[: self.global_step]
-        metrics_path = self.output_dir / "metrics.jsonl" if self.output_dir else None
-        if metrics_path is not None and metrics_path.exists():
-            rows = [r for r in read_jsonl(metrics_path) if r["step"] <= self.global_step]
-            atomic_write_text(metrics_path, "".join(json_line(r) for r in rows))
-            self.history = null_to_nan(rows)
+        if self.run_folder is not None and self.run_folder.metrics_path.exists():
+            self.history = null_to_nan(self.run_folder.trim_metrics(self.global_step))
         return True
-
-    def _log_config_changes(self) -> None:
-        path = self.output_dir / "config.yaml"
-        if not path.exists():
-            return
-        saved = yaml.safe_load(path.read_text()) or {}
-        changes = config_changes(saved, self.config) if isinstance(saved, dict) else {}
-        if changes:
-            log.warning("resuming %s with a config that differs from its config.yaml: %s", self.output_dir,
-                        ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changes.items()))
 
 
 def first_last_fifth(df: pd.DataFrame, key: str = "reward") -> tuple[float, float]:

@@ -83,14 +83,14 @@ def _cpu_unless_cuda_marked(request, monkeypatch):
 
 @pytest.fixture(scope="session")
 def rebuilt_warm_start(tmp_path_factory):
-    """The shipped warm starts that rebuild in about a minute (`rl_lab.warmstart.CI_REBUILT`)
+    """The shipped warm starts that rebuild in about a minute (`rl_lab.tools.warmstart.CI_REBUILT`)
     rebuilt from their recipe on this machine (`--check`), once per session: {"dir": folder
     holding <name>/, "returncode", "log"}.  `make check-checkpoints` rebuilds all of them."""
     import subprocess
     import sys
-    from rl_lab.warmstart import CI_REBUILT
+    from rl_lab.tools.warmstart import CI_REBUILT
     out_dir = tmp_path_factory.mktemp("rebuilt_warm_start")
-    out = subprocess.run([sys.executable, "-m", "rl_lab.warmstart", *CI_REBUILT, "--check", "--out", str(out_dir)],
+    out = subprocess.run([sys.executable, "-m", "rl_lab.tools.warmstart", *CI_REBUILT, "--check", "--out", str(out_dir)],
                          capture_output=True, text=True, timeout=900)
     return {"dir": out_dir, "returncode": out.returncode, "log": out.stdout + out.stderr[-3000:]}
 

@@ -59,7 +59,7 @@ def test_long_completion_benchmark_runs_and_its_phases_add_up(capsys, monkeypatc
 
 
 def test_sweep_benchmark_cell_is_a_valid_sweep(tmp_path):
-    from rl_lab.sweep import plan_sweep
+    from rl_lab.tools.sweep import plan_sweep
     bench = load("bench_sweep")
     sweep = plan_sweep(bench.spec(steps=300, seeds=4, out=str(tmp_path)))
     assert len(sweep.runs) == 4

@@ -1,4 +1,4 @@
-"""The book's repository URL and launch buttons (rl_lab.book_repository, binder/): found in one
+"""The book's repository URL and launch buttons (rl_lab.book_ext.repository, binder/): found in one
 place, never a placeholder, plain links only; and a real Sphinx build with sphinx-book-theme."""
 import re
 import shutil
@@ -9,7 +9,7 @@ import yaml
 
 pytest.importorskip("sphinx_book_theme")
 pytest.importorskip("myst_nb")
-from rl_lab.book_repository import apply_repository, find_repository_url, https_url  # noqa: E402
+from rl_lab.book_ext.repository import apply_repository, find_repository_url, https_url  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 URL = "https://github.com/example/stable-rl-lm"
@@ -54,14 +54,14 @@ def test_without_a_url_every_button_that_needs_one_is_off():
 def test_config_has_no_placeholder_and_loads_both_extensions():
     cfg = yaml.safe_load((REPO / "_config.yml").read_text())
     assert "OWNER" not in (REPO / "_config.yml").read_text()
-    assert "rl_lab.book_repository" in cfg["sphinx"]["extra_extensions"]
+    assert "rl_lab.book_ext.repository" in cfg["sphinx"]["extra_extensions"]
     assert cfg["launch_buttons"]["binderhub_url"] == "https://mybinder.org"
     assert not cfg["launch_buttons"]["thebe"], "Thebe loads its JavaScript from a CDN"
-    assert not cfg["html"]["use_repository_button"], "switched on by rl_lab.book_repository when the URL is known"
+    assert not cfg["html"]["use_repository_button"], "switched on by rl_lab.book_ext.repository when the URL is known"
 
 
 def test_binder_pins_the_projects_torch():
-    from rl_lab.doctor import locked_versions
+    from rl_lab.tools.doctor import locked_versions
     pin = locked_versions()["torch"]             # rl_lab/constraints.txt, which install_torch.sh reads
     reqs = (REPO / "binder/requirements.txt").read_text()
     assert f"torch=={pin}+cpu" in reqs.splitlines()
@@ -78,7 +78,7 @@ def _build(tmp_path, monkeypatch, github_repository):
     shutil.copy(REPO / "labs" / "lab01_first_rl_run.md", src / "labs" / "lab01.md")
     (src / "index.md").write_text("# Book\n\n```{toctree}\nlabs/lab01\n```\n")
     (src / "conf.py").write_text(
-        "extensions = ['myst_nb', 'rl_lab.book_repository']\n"
+        "extensions = ['myst_nb', 'rl_lab.book_ext.repository']\n"
         "nb_execution_mode = 'off'\n"
         "myst_enable_extensions = ['dollarmath', 'amsmath', 'colon_fence']\n"
         "html_theme = 'sphinx_book_theme'\n"

@@ -9,7 +9,7 @@ import pytest
 from rl_lab.trainer import TIMING_KEYS
 from rl_lab.utils import read_jsonl
 
-RL = [sys.executable, "-m", "rl_lab.cli"]
+RL = [sys.executable, "-m", "rl_lab.tools.cli"]
 SMALL = ["--set", "model=0.3M", "--set", "max_completion_length=6", "--set", "prompts_per_step=4",
          "--set", "num_generations=4", "--set", "progress_bar=false"]
 

@@ -4,7 +4,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from rl_lab.cli import main as cli_main
+from rl_lab.tools.cli import main as cli_main
 from rl_lab.config import ConfigError, RLConfig, SamplingConfig, WarmStartConfig
 from rl_lab.models import CHECKPOINT_DIR, warm_start_path
 
@@ -79,7 +79,7 @@ def test_a_missing_warm_start_is_a_config_error_that_says_how_to_build_one():
         with pytest.raises(ConfigError) as e:
             call()
         msg = str(e.value)
-        assert f"python -m rl_lab.warmstart --task {task}" in msg
+        assert f"python -m rl_lab.tools.warmstart --task {task}" in msg
         assert all(name in msg for name in shipped) and "size preset" in msg
     with pytest.raises(ConfigError, match="warm-start:7B"):
         check_model_spec("warm-start:7B", "addition")
@@ -92,7 +92,7 @@ def test_a_missing_warm_start_is_a_config_error_that_says_how_to_build_one():
 def test_cli_turns_model_and_task_errors_into_exit_2(capsys, tmp_path):
     task = _missing_task()
     for argv, words in [
-        (["train", "--task", task], ["python -m rl_lab.warmstart", "warm start"]),
+        (["train", "--task", task], ["python -m rl_lab.tools.warmstart", "warm start"]),
         (["train", "--task", "addition", "--set", "task_kwargs={length: 3}"], ["accepts", "digits"]),
         (["train", "--task", "addition", "--set", "task_kwargs={digits: 9}"], ["digits=9"]),
         (["train", "--set", "model=/no/such/model"], ["/no/such/model"]),
@@ -162,7 +162,7 @@ def test_a_dotted_key_sets_one_knob_and_turns_the_method_on():
 def test_the_cli_sets_a_nested_knob(tmp_path):
     import argparse
 
-    from rl_lab.cli import build_config
+    from rl_lab.tools.cli import build_config
     (tmp_path / "c.yaml").write_text("task: multiplication_tool\nempg: {normalize: scaled_advantage}\n")
     args = argparse.Namespace(config=str(tmp_path / "c.yaml"), task=None, seed=None, out=None, preset="smoke",
                               set=["empg.k=2", "model=0.3M"])
@@ -210,8 +210,8 @@ def test_resuming_changes_a_nested_knob_only_with_set(tmp_path):
 
     import yaml
 
-    from rl_lab.cli import resume_config
-    from rl_lab.trainer import config_changes
+    from rl_lab.tools.cli import resume_config
+    from rl_lab.runs import config_changes
     saved = RLConfig(task="multiplication_tool", empg={"k": 2.0}, output_dir=str(tmp_path)).to_dict()
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
     assert config_changes(saved, RLConfig.from_dict({**saved, "empg.zeta": 0.0})) == {"empg.zeta": (0.1, 0.0)}

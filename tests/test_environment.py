@@ -23,7 +23,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from rl_lab.doctor import locked_versions
+from rl_lab.tools.doctor import locked_versions
 
 REPO = Path(__file__).resolve().parents[1]
 LOCKED = locked_versions()            # rl_lab/constraints.txt, the tested environment

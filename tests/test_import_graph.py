@@ -1,29 +1,110 @@
 """The package's import graph (every `import` of rl_lab modules, lazy ones inside functions
-included): no two-module circle, and the layout's layers hold (the core never reaches into the
-chapter toolkits or the exact toolkit)."""
+included): every module belongs to exactly one layer, each layer imports only the layers LAYERS
+says it may (and every cross-layer permission is one the code uses), and no two modules import
+each other.
+
+A new top-level module must be named in CORE (or go into a subpackage): the test says so."""
 import ast
+import importlib.util
 from pathlib import Path
 
 import rl_lab
 
 ROOT = Path(rl_lab.__file__).parent
-TOOLKITS = ("rl_lab.toolkits", "rl_lab.exact")
-TOOLS = ("rl_lab.cli", "rl_lab.sweep", "rl_lab.warmstart", "rl_lab.diagnose")   # entry points: may use anything
+
+# The core: the trainer and what it is built from (config, models, tasks, run folders, the
+# correction hook, ...).  `rl_lab` itself (the package's __init__) re-exports core names.
+CORE = ("rl_lab", "rl_lab.config", "rl_lab.errors", "rl_lab.models", "rl_lab.tokenizer", "rl_lab.tasks",
+        "rl_lab.demonstrations", "rl_lab.trainer", "rl_lab.runs", "rl_lab.corrections", "rl_lab.monitors",
+        "rl_lab.schedules", "rl_lab.utils", "rl_lab.reference_step")
+
+# layer -> (its modules: names, each with its submodules, or CORE's exact names), the layers it may import
+LAYERS = {
+    # the trainer runs an engine and the algos' losses and methods; tasks build agents' environments
+    "core": (CORE, {"core", "engines", "agents", "algos"}),
+    # samplers: SamplingConfig (config), the mismatch monitors (corrections), utils
+    "engines": (("rl_lab.engines",), {"engines", "core"}),
+    # tools and episodes; the scripted agents sample with the HF engine
+    "agents": (("rl_lab.agents",), {"agents", "core", "engines"}),
+    # losses, advantages, methods; grpo's log-probs use the shared-prefix forward (engines)
+    "algos": (("rl_lab.algos",), {"algos", "core", "engines"}),
+    # enumerable ground truth; checks the trainer's advantage estimators and TRLOO (algos)
+    "exact": (("rl_lab.exact",), {"exact", "core", "algos"}),
+    # one chapter's tools each; pruning reads exact/'s policies
+    "toolkits": (("rl_lab.toolkits",), {"toolkits", "core", "algos", "exact"}),
+    # verl: configs and tasks out, metrics in
+    "integrations": (("rl_lab.integrations",), {"integrations", "core"}),
+    # what a person runs; rl_lab.kernel only calls rl_lab.tools.kernel (installed kernel specs name it)
+    "tools": (("rl_lab.tools", "rl_lab.kernel"), {"tools", "core", "engines", "agents", "toolkits", "integrations"}),
+    # Sphinx extensions: import Sphinx (not a runtime dependency), nothing of rl_lab
+    "book_ext": (("rl_lab.book_ext",), {"book_ext"}),
+}
 
 
-def import_graph() -> dict[str, set[str]]:
+def module_names() -> dict[str, Path]:
     mods = {}
     for f in ROOT.rglob("*.py"):
         parts = f.relative_to(ROOT.parent).with_suffix("").parts
         mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    return mods
+
+
+def import_graph() -> dict[str, set[str]]:
+    """{module: the rl_lab modules it imports}; `from rl_lab.x import y` counts rl_lab.x.y when
+    that is a module."""
+    mods = module_names()
     graph = {m: set() for m in mods}
     for m, f in mods.items():
         for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rl_lab"):
-                graph[m].add(node.module)
+                subs = {f"{node.module}.{a.name}" for a in node.names} & mods.keys()
+                graph[m] |= subs if subs else {node.module}
             elif isinstance(node, ast.Import):
                 graph[m] |= {a.name for a in node.names if a.name.startswith("rl_lab")}
     return graph
+
+
+def layers_of(module: str) -> list[str]:
+    return [name for name, (members, _) in LAYERS.items()
+            if module in members or any(module.startswith(p + ".") for p in members if p != "rl_lab")]
+
+
+def layer(module: str) -> str:
+    (name,) = layers_of(module)
+    return name
+
+
+def test_every_module_belongs_to_exactly_one_layer():
+    wrong = {m: layers_of(m) for m in import_graph() if len(layers_of(m)) != 1}
+    assert not wrong, f"modules in no layer or in several (name a new top-level module in CORE): {wrong}"
+    assert set(CORE) <= set(import_graph()), f"CORE names modules that do not exist: {set(CORE) - set(import_graph())}"
+
+
+def test_each_layer_imports_only_what_it_may():
+    graph = import_graph()
+    leaks = sorted(f"{m} ({layer(m)}) -> {d} ({layer(d)})" for m in graph for d in graph[m]
+                   if layer(d) not in LAYERS[layer(m)][1])
+    assert not leaks, "imports across layers that LAYERS does not allow:\n" + "\n".join(leaks)
+
+
+def test_every_declared_permission_is_used():
+    """The table says what the graph is, not more: a permission nothing uses is removed from it."""
+    graph = import_graph()
+    used = {(layer(m), layer(d)) for m in graph for d in graph[m]}
+    unused = sorted((a, b) for a, (_, allowed) in LAYERS.items() for b in allowed if a != b and (a, b) not in used)
+    assert not unused, f"LAYERS allows imports nothing makes (remove them): {unused}"
+
+
+def test_the_rules_the_layout_promises():
+    for name, (_, allowed) in LAYERS.items():
+        assert name == "tools" or "tools" not in allowed, f"only tools import tools ({name} may)"
+        assert name == "book_ext" or "book_ext" not in allowed, f"the package never imports book_ext ({name} may)"
+    assert not LAYERS["core"][1] & {"tools", "toolkits", "exact", "integrations", "book_ext"}
+    assert LAYERS["book_ext"][1] == {"book_ext"}
+
+
+def test_the_package_root_loads_only_the_core():
+    assert {layer(d) for d in import_graph()["rl_lab"]} <= {"core", "engines"}
 
 
 def test_no_two_module_import_circles():
@@ -33,18 +114,7 @@ def test_no_two_module_import_circles():
     assert not circles, f"import circles: {sorted(circles)}"
 
 
-def in_layer(module: str, prefixes) -> bool:
-    return any(module == p or module.startswith(p + ".") for p in prefixes)
-
-
-def test_the_core_never_imports_a_toolkit():
-    graph = import_graph()
-    core = [m for m in graph if m != "rl_lab" and not in_layer(m, TOOLKITS + TOOLS)]
-    assert {"rl_lab.trainer", "rl_lab.config", "rl_lab.engines.rollout", "rl_lab.algos.grpo"} <= set(core)
-    leaks = {m: sorted(d for d in graph[m] if in_layer(d, TOOLKITS)) for m in core}
-    assert not {m: d for m, d in leaks.items() if d}, f"core modules importing toolkits: {leaks}"
-
-
-def test_the_package_root_loads_only_the_core():
-    graph = import_graph()
-    assert not [d for d in graph["rl_lab"] if in_layer(d, TOOLKITS)]
+def test_the_old_kernel_module_only_calls_the_new_one():
+    """The one shim: kernel specs installed before the move name `python -m rl_lab.kernel`."""
+    assert import_graph()["rl_lab.kernel"] == {"rl_lab.tools.kernel"}
+    assert importlib.util.find_spec("rl_lab.kernel") is not None

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from rl_lab.stats import one_sample_t
+from rl_lab.tools.stats import one_sample_t
 from rl_lab.utils import read_jsonl
 
 SEEDS = (0, 1, 2)
@@ -24,7 +24,7 @@ BLOCK = 20
 
 
 def _train(run_dir, model_dir, seed, learning_rate=None):
-    args = [sys.executable, "-m", "rl_lab.cli", "train", "--task", "addition", "--preset", "smoke",
+    args = [sys.executable, "-m", "rl_lab.tools.cli", "train", "--task", "addition", "--preset", "smoke",
             "--out", str(run_dir), "--seed", str(seed), "--set", f"model={model_dir}",
             "--set", "progress_bar=false", "--set", "eval_steps=700"]
     if learning_rate is not None:

@@ -62,7 +62,7 @@ def test_warm_start_checkpoints_are_shipped_and_do_what_the_manifest_says():
 
     from rl_lab.models import CHECKPOINT_DIR, load_warm_start
     from rl_lab.tasks import get_task
-    from rl_lab.warmstart import SHIPPED
+    from rl_lab.tools.warmstart import SHIPPED
     manifest = json.loads((CHECKPOINT_DIR / "MANIFEST.json").read_text())
     assert SHIPPED
     for name, recipe in SHIPPED.items():

@@ -17,7 +17,7 @@ and the run goes on.  Measured here (nbclient 0.11.0, jupyter_client 8.10, pyzmq
 7.4): a cell with an Output widget that captured `print(1)` waited out its timeout 2-4 times in 60,
 one that captured a 2 MB print 16 times in 20.
 
-`rl_lab.plots.explorer` draws in the kernel (IPython's capture_output) and sets the Output widget's
+`rl_lab.tools.plots.explorer` draws in the kernel (IPython's capture_output) and sets the Output widget's
 `outputs` itself: nothing is captured by the runner, so it sends nothing, and no wake-up can be lost.
 
 * `test_explorer_cells_never_wait_out_their_timeout` runs that worst case through `explorer` with
@@ -41,7 +41,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 LABS = sorted((REPO / "labs").glob("*.md"))
-PLOTS = REPO / "rl_lab" / "plots.py"
+PLOTS = REPO / "rl_lab" / "tools" / "plots.py"
 
 CELL_TIMEOUT_S = 15        # an explorer cell takes well under a second; a lost wake-up takes all 15
 SETUP_TIMEOUT_S = 300      # the first cell starts the kernel's imports
@@ -83,7 +83,7 @@ def output_widget_states(nb) -> list[list[dict]]:
 
 
 # --------------------------------------------------------------------------- (a) the old hang
-# rl_lab.plots is loaded from its file, not through `import rl_lab` (torch: ~10 s more per run).
+# rl_lab.tools.plots is loaded from its file, not through `import rl_lab` (torch: ~10 s more per run).
 SETUP = f"""\
 import importlib.util
 
@@ -160,7 +160,7 @@ def test_explorer_cells_never_wait_out_their_timeout(tmp_path):
 def test_explorer_outside_ipython_calls_f_once():
     import ipywidgets as widgets
 
-    from rl_lab.plots import explorer
+    from rl_lab.tools.plots import explorer
     calls = []
     explorer(lambda a, b: calls.append((a, b)), a=widgets.IntSlider(value=3),
              b=widgets.Dropdown(options=["x", "y"], value="y"))
@@ -183,7 +183,7 @@ def test_every_lab_explorer_uses_the_helper(path):
     bad = sorted({m.group(0) for m in CAPTURING.finditer(code)})
     assert not bad, (f"{path.name} draws into an Output widget itself ({bad}): under `jupyter "
                      f"execute`/nbval that can wait out the cell timeout (tests/test_nbclient_labs.py); "
-                     f"use rl_lab.plots.explorer(f, name=widget, ...)")
+                     f"use rl_lab.tools.plots.explorer(f, name=widget, ...)")
     if "import ipywidgets" in code:
         assert "explorer(" in code, f"{path.name} imports ipywidgets but has no explorer(...)"
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 import rl_lab.models
-from rl_lab.sweep import run_sweep
+from rl_lab.tools.sweep import run_sweep
 
 REPO = Path(__file__).resolve().parent.parent
 ROOT = REPO / "research"

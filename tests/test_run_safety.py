@@ -21,7 +21,7 @@ from rl_lab.trainer import TIMING_KEYS
 from rl_lab.utils import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
-RL = [sys.executable, "-m", "rl_lab.cli"]
+RL = [sys.executable, "-m", "rl_lab.tools.cli"]
 SMALL_ARGS = ["--set", "model=0.3M", "--set", "max_completion_length=6", "--set", "prompts_per_step=4",
               "--set", "num_generations=4", "--set", "progress_bar=false"]
 SMALL = dict(model="0.3M", prompts_per_step=4, num_generations=4, max_completion_length=6,

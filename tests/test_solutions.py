@@ -1,4 +1,4 @@
-"""Exercise solutions (rl_lab.book_solutions): closed dropdowns in the book, left out of a
+"""Exercise solutions (rl_lab.book_ext.solutions): closed dropdowns in the book, left out of a
 RL_LAB_SOLUTIONS=0 build.  Checks the labs' one convention, the node filter, and a real
 Sphinx + MyST-NB build of lab 1 (no execution) in both modes."""
 import re
@@ -11,7 +11,7 @@ pytest.importorskip("sphinx")
 pytest.importorskip("myst_nb")
 from docutils import nodes  # noqa: E402
 
-from rl_lab.book_solutions import remove_solutions, solutions_wanted  # noqa: E402
+from rl_lab.book_ext.solutions import remove_solutions, solutions_wanted  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 LABS = sorted((REPO / "labs").glob("*.md"))
@@ -92,7 +92,7 @@ def test_a_real_build_of_lab_1(tmp_path, monkeypatch, env_value, shown):
     lab = REPO / "labs" / "lab01_first_rl_run.md"
     shutil.copy(lab, src / "index.md")
     (src / "conf.py").write_text(
-        "extensions = ['myst_nb', 'rl_lab.book_solutions']\n"
+        "extensions = ['myst_nb', 'rl_lab.book_ext.solutions']\n"
         "nb_execution_mode = 'off'\n"
         "myst_enable_extensions = ['dollarmath', 'amsmath', 'colon_fence']\n")
     monkeypatch.setenv("RL_LAB_SOLUTIONS", env_value)

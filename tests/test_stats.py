@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from rl_lab.stats import one_sample_t, power_law_exponent, welch_t
+from rl_lab.tools.stats import one_sample_t, power_law_exponent, welch_t
 
 
 def test_welch_by_hand():
@@ -24,7 +24,7 @@ def test_constant_samples_and_too_few_values():
 
 
 def test_wilson_interval_by_hand_and_at_the_edges():
-    from rl_lab.stats import wilson_interval
+    from rl_lab.tools.stats import wilson_interval
     lo, hi = wilson_interval(4, 6)      # p = 2/3: centre (p + z^2/12) / (1 + z^2/6), by hand below
     z2 = 1.96 ** 2
     centre = (4 / 6 + z2 / 12) / (1 + z2 / 6)

@@ -1,14 +1,14 @@
-"""rl_lab.stats against scipy.stats.  rl_lab.stats has no scipy (the labs-only install and Binder
+"""rl_lab.tools.stats against scipy.stats.  rl_lab.tools.stats has no scipy (the labs-only install and Binder
 have none; book/stats_primer.md reads it), so its procedures are checked here against scipy's,
 which the `research` extra installs (`make setup` does).  Holm has no scipy counterpart (see
 research/tool_methods/summarize.py); tests/test_tool_methods_summary.py checks it by hand."""
 import numpy as np
 import pytest
 
-from rl_lab import stats as ours
+from rl_lab.tools import stats as ours
 
 stats = pytest.importorskip("scipy.stats", reason="scipy (the `research` extra) is not installed: "
-                                                  "rl_lab.stats is checked against it only where it is")
+                                                  "rl_lab.tools.stats is checked against it only where it is")
 
 RNG = np.random.default_rng(0)
 SAMPLES = [([1, 2, 3, 4], [2, 4, 6]), ([0.8, 0.78, 0.84, 0.81], [0.77, 0.78, 0.81, 0.78]),
@@ -67,7 +67,7 @@ def test_fisher_one_sided_is_scipys_fisher_exact():
 
 @pytest.mark.parametrize("k, n", [(0, 10), (1, 10), (4, 6), (9, 9), (37, 100), (500, 1000)])
 def test_wilson_interval_is_scipys(k, n):
-    z = stats.norm.isf(0.025)                    # scipy's 95%; rl_lab.stats' default rounds it to 1.96
+    z = stats.norm.isf(0.025)                    # scipy's 95%; rl_lab.tools.stats' default rounds it to 1.96
     ci = stats.binomtest(k, n).proportion_ci(confidence_level=0.95, method="wilson")
     assert ours.wilson_interval(k, n, z=z) == pytest.approx((ci.low, ci.high), abs=1e-12)
     assert ours.wilson_interval(k, n) == pytest.approx((ci.low, ci.high), abs=1e-4)

@@ -1,4 +1,4 @@
-"""rl_lab.sweep and `rl-lab sweep`: grid expansion, ids, validation, resumability, workers."""
+"""rl_lab.tools.sweep and `rl-lab sweep`: grid expansion, ids, validation, resumability, workers."""
 import copy
 import csv
 import os
@@ -15,11 +15,11 @@ import torch
 import yaml
 
 from rl_lab.config import ConfigError
-from rl_lab.sweep import SweepError, plan_sweep, run_sweep, summary_row
+from rl_lab.tools.sweep import SweepError, plan_sweep, run_sweep, summary_row
 from rl_lab.trainer import TIMING_KEYS, Trainer
 from rl_lab.utils import read_jsonl
 
-RL = [sys.executable, "-m", "rl_lab.cli"]
+RL = [sys.executable, "-m", "rl_lab.tools.cli"]
 BASE = dict(task="addition", preset="smoke", max_steps=6, prompts_per_step=2, num_generations=2)
 SPEC = dict(base=BASE, grid={"learning_rate": ["5e-5", 3e-4], "sampler_dtype": ["float32", "bfloat16"]},
             seeds=[0], metrics={"window": 3, "warn": {"k3_kl": 1e-6}})
@@ -85,7 +85,7 @@ def test_grid_expansion_and_stable_ids(tmp_path):
     ({"outt": "x"}, ["outt"]),
 ])
 def test_an_invalid_spec_fails_before_anything_runs(tmp_path, monkeypatch, changes, words):
-    monkeypatch.setattr("rl_lab.sweep._run_job", lambda job: pytest.fail("a run started"))
+    monkeypatch.setattr("rl_lab.tools.sweep._run_job", lambda job: pytest.fail("a run started"))
     with pytest.raises(ConfigError) as err:
         run_sweep(_spec(tmp_path / "s", **changes), progress=False)
     for w in words:
@@ -112,7 +112,7 @@ def test_a_2x2_sweep_writes_4_rows_and_a_rerun_runs_nothing(reference, monkeypat
         assert [m["step"] for m in metrics] == list(range(1, 7))
         rewards = np.array([m["reward"] for m in metrics])
         assert df.set_index("run_id").loc[run_id, "reward_last"] == pytest.approx(rewards[-1:].mean())
-    monkeypatch.setattr("rl_lab.sweep._run_job", lambda job: pytest.fail("a finished run ran again"))
+    monkeypatch.setattr("rl_lab.tools.sweep._run_job", lambda job: pytest.fail("a finished run ran again"))
     again = run_sweep(_spec(out), progress=False)
     pd.testing.assert_frame_equal(again, df)
     assert len(_rows(out / "results.csv")) == 4
@@ -179,7 +179,7 @@ def test_two_workers_give_the_same_rows_as_one(reference, tmp_path):
 
 
 def test_a_failing_run_is_reported_and_the_others_are_written(tmp_path, monkeypatch):
-    import rl_lab.sweep as sweep_mod
+    import rl_lab.tools.sweep as sweep_mod
     real = sweep_mod.execute_run
     spec = _spec(tmp_path / "f", base={**BASE, "max_steps": 2})
     bad = plan_sweep(spec).runs[2].run_id
@@ -213,7 +213,7 @@ def test_summary_row_flags_a_collapse_at_the_trainers_step():
 
 
 def test_cli_sweep_dry_run_run_and_a_bad_field(tmp_path, capsys):
-    from rl_lab.cli import main
+    from rl_lab.tools.cli import main
     spec = _spec(tmp_path / "cli", base={**BASE, "max_steps": 3},
                  grid={"learning_rate": [5e-5, 3e-4]})
     path = tmp_path / "grid.yaml"
@@ -248,7 +248,7 @@ def test_a_missing_model_fails_up_front(tmp_path):
 def test_status_reads_only_real_checkpoint_folders(tmp_path):
     """A sweep killed while a checkpoint was being replaced leaves `checkpoint-N.old`: --dry-run's
     status (and the resume) must read only `checkpoint-N` folders, not crash on the leftover."""
-    from rl_lab.sweep import _status
+    from rl_lab.tools.sweep import _status
     sweep = plan_sweep(_spec(tmp_path / "sweep"))
     first = tmp_path / "sweep" / sweep.runs[0].run_id
     (first / "checkpoint-4.old").mkdir(parents=True)
@@ -260,7 +260,7 @@ def test_status_reads_only_real_checkpoint_folders(tmp_path):
 
 
 def test_load_results_concatenates_specs(tmp_path):
-    from rl_lab.sweep import load_results
+    from rl_lab.tools.sweep import load_results
     for spec, val in [("a", 1), ("b", 2)]:
         (tmp_path / spec).mkdir()
         pd.DataFrame({"seed": [0, 1], "x": [val, val]}).to_csv(tmp_path / spec / "results.csv", index=False)

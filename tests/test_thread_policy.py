@@ -29,11 +29,21 @@ def test_not_set_after_torch_is_loaded():
 
 
 def test_the_kernel_install_points_at_rl_lab_kernel(tmp_path):
-    from rl_lab.kernel import install
+    from rl_lab.tools.kernel import install
     folder = install(prefix=str(tmp_path))
     spec = json.loads((folder / "kernel.json").read_text())
-    assert spec["argv"][:3] == [sys.executable, "-m", "rl_lab.kernel"] and "{connection_file}" in spec["argv"]
+    assert spec["argv"][:3] == [sys.executable, "-m", "rl_lab.tools.kernel"] and "{connection_file}" in spec["argv"]
     assert folder.is_relative_to(tmp_path)
+
+
+def test_the_old_kernel_module_still_runs_the_kernel(tmp_path):
+    """Kernel specs on users' machines name `python -m rl_lab.kernel`: it calls rl_lab.tools.kernel,
+    whose install writes the new module path."""
+    out = subprocess.run([sys.executable, "-m", "rl_lab.kernel", "install", "--prefix", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    (spec_file,) = tmp_path.rglob("kernel.json")
+    assert json.loads(spec_file.read_text())["argv"][:3] == [sys.executable, "-m", "rl_lab.tools.kernel"]
 
 
 @pytest.mark.slow
@@ -42,7 +52,7 @@ def test_a_lab_that_imports_torch_first_gets_the_policy_in_the_kernel(tmp_path, 
     nbformat = pytest.importorskip("nbformat")
     from nbclient import NotebookClient
 
-    from rl_lab.kernel import install
+    from rl_lab.tools.kernel import install
     install(prefix=str(tmp_path))
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
         "import os, torch\nimport rl_lab\nprint(os.environ.get('OMP_WAIT_POLICY'))")])

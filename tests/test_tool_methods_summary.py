@@ -2,7 +2,7 @@
 Welch's and Fisher's tests from scipy, Holm, the spike rule) and the shipped results it reads.
 
 With scipy (the `research` extra) the module computes with scipy.stats; without it (the labs-only
-install and Binder, where lab 12 reads these tables) with rl_lab.stats.  `tm` is the module as
+install and Binder, where lab 12 reads these tables) with rl_lab.tools.stats.  `tm` is the module as
 loaded here, `variant` each of the two ways; the tests check both against scipy and each other."""
 import importlib.util
 import sys
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rl_lab.stats import welch_t
+from rl_lab.tools.stats import welch_t
 
 ROOT = Path(__file__).resolve().parents[1]
 SUMMARIZE = ROOT / "research/tool_methods/summarize.py"
@@ -44,11 +44,11 @@ def load_without_scipy(monkeypatch):
 
 
 def test_the_module_uses_scipy_when_it_is_installed():
-    import rl_lab.stats
+    import rl_lab.tools.stats
     if importlib.util.find_spec("scipy") is None:
-        assert tm.sps is None and tm.welch is rl_lab.stats.welch
+        assert tm.sps is None and tm.welch is rl_lab.tools.stats.welch
     else:
-        assert tm.sps is not None and tm.welch is not rl_lab.stats.welch
+        assert tm.sps is not None and tm.welch is not rl_lab.tools.stats.welch
 
 
 @pytest.mark.parametrize("t, df, p", [(12.7062, 1, 0.05), (2.776445, 4, 0.05), (4.604095, 4, 0.01),
@@ -83,7 +83,7 @@ def test_welch_agrees_with_scipy_and_rl_lab_stats_and_its_interval_covers(varian
 
 
 def test_welch_on_constant_samples(variant):
-    """scipy's t is NaN when neither sample varies; the summary keeps rl_lab.stats' rule."""
+    """scipy's t is NaN when neither sample varies; the summary keeps rl_lab.tools.stats' rule."""
     assert variant.welch([0.0, 0.0], [0.0, 0.0])["p"] == 1.0
     w = variant.welch([0.0, 0.0, 0.0], [1.0, 1.0])
     assert w["p"] == 0.0 and w["t"] == -np.inf and w["ci_lo"] == w["ci_hi"] == -1.0

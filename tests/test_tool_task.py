@@ -10,14 +10,14 @@ import torch
 
 from rl_lab import RLConfig, Trainer
 from rl_lab.config import ConfigError
+from rl_lab.demonstrations import sft_batch, sft_example
 from rl_lab.models import build_model
 from rl_lab.tasks import GroupedNumberEnvironment, get_task, group_thousands, turn_reward_metrics
 from rl_lab.trainer import TIMING_KEYS
 from rl_lab.utils import read_jsonl
-from rl_lab.warmstart import sft_batch, sft_example
 
 EXAMPLE = {"prompt": "347*28=", "answer": "9716"}
-RL = [sys.executable, "-m", "rl_lab.cli"]
+RL = [sys.executable, "-m", "rl_lab.tools.cli"]
 
 
 def test_the_demonstration_is_a_call_the_real_tool_output_and_the_answer():
@@ -196,7 +196,7 @@ def test_rl_from_the_warm_start_beats_a_frozen_control():
     before running it: the trained policy's held-out success (512 prompts, sampled) beats the
     control's by more than 0.08 (about 3 standard errors of a difference), its paired reward over
     the last half of the steps is higher, and it still calls the tool."""
-    from rl_lab.warmstart import success_rate
+    from rl_lab.tools.warmstart import success_rate
     runs = {}
     for lr in (5e-4, 0.0):
         trainer = Trainer(RLConfig(task="multiplication_tool", model="warm-start", max_completion_length=21,

@@ -6,7 +6,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from rl_lab.stats import holm, welch
+from rl_lab.tools.stats import holm, welch
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("trloo_turns", ROOT / "research/trloo_turns/summarize.py")

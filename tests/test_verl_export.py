@@ -543,7 +543,7 @@ def test_import_metrics_refuses_a_file_that_is_not_verls(tmp_path):
 
 def test_cli_export_and_import_metrics(tmp_path):
     _pyarrow()
-    from rl_lab.cli import main
+    from rl_lab.tools.cli import main
     from rl_lab.utils import read_metrics
     (tmp_path / "my.yaml").write_text("rollout_is: token\nmax_steps: 20\n")
     out = tmp_path / "verl"

@@ -16,7 +16,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from rl_lab import doctor
+from rl_lab.tools import doctor
 
 REPO = Path(__file__).resolve().parents[1]
 LOCK = REPO / "rl_lab" / "constraints.txt"

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from rl_lab.config import ConfigError, WarmStartConfig
+from rl_lab.demonstrations import sft_batch
 from rl_lab.models import CHECKPOINT_DIR
-from rl_lab.warmstart import (CI_REBUILT, SHIPPED, SUCCESS_TOLERANCE, compare_with_manifest,
-                              machine_signature, sft_batch, warm_start)
+from rl_lab.tools.warmstart import (CI_REBUILT, SHIPPED, SUCCESS_TOLERANCE, compare_with_manifest, machine_signature,
+                                    warm_start)
 
 MANIFEST = json.loads((CHECKPOINT_DIR / "MANIFEST.json").read_text())
 
@@ -34,7 +35,7 @@ def test_warm_start_is_deterministic_and_learns():
 
 
 def test_target_stops_at_the_first_evaluation_that_reaches_it(monkeypatch):
-    import rl_lab.warmstart as ws
+    import rl_lab.tools.warmstart as ws
     seen = iter([0.1, 0.2, 0.5, 0.9])
     monkeypatch.setattr(ws, "success_rate", lambda *a, **k: next(seen))
     res = warm_start(WarmStartConfig(steps=100, batch_size=4, target_success=0.4, eval_every=3), progress=False)
@@ -106,7 +107,7 @@ def test_recipe_outcome_does_not_depend_on_the_cpu_kernels(tmp_path):
     count is no such test: on this model it gives the same bits.)"""
     import os
     env = dict(os.environ, ATEN_CPU_CAPABILITY="default")
-    out = subprocess.run([sys.executable, "-m", "rl_lab.warmstart", *CI_REBUILT, "--check", "--out", str(tmp_path)],
+    out = subprocess.run([sys.executable, "-m", "rl_lab.tools.warmstart", *CI_REBUILT, "--check", "--out", str(tmp_path)],
                          capture_output=True, text=True, timeout=1200, env=env)
     assert out.returncode == 0, out.stdout + out.stderr[-2000:]
     assert "SHA-256 not compared" in out.stdout and "'cpu_capability': 'DEFAULT'" in out.stdout
@@ -116,7 +117,7 @@ def test_cli_overrides_the_recipe_of_a_new_task(monkeypatch, tmp_path):
     """`--task T --size S` starts from the shipped recipe for T-S when there is one, else the
     default recipe; --learning-rate, --steps and --eval-every override it (the 3M recipe search
     of research/model_size/ needs them)."""
-    import rl_lab.warmstart as ws
+    import rl_lab.tools.warmstart as ws
 
     built = []
     monkeypatch.setattr(ws, "build_checkpoint", lambda cfg, out: built.append((cfg, out)) or {"ok": 1})

@@ -41,6 +41,6 @@ def test_the_advanced_block_times_are_the_benchmarks():
 
 
 def test_the_doctor_line_participants_are_told_to_expect():
-    from rl_lab import doctor
+    from rl_lab.tools import doctor
     assert "ready for the labs" in PAGE and "rl-lab doctor" in PAGE
     assert "ready for the labs" in Path(doctor.__file__).read_text()

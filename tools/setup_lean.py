@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
             if i == len(torch_args) - 1:
                 raise
     run([*pip, *with_lock, "-e", f"{ROOT}[lab]"])
-    run([py, "-m", "rl_lab.kernel", "install"])   # ipykernel, after rl_lab's thread policy
+    run([py, "-m", "rl_lab.tools.kernel", "install"])   # ipykernel, after rl_lab's thread policy
     size = folder_bytes(venv) / 2**30
     print(f"setup_lean: done in {time.time() - t0:.0f} s; {venv} holds {size:.1f} GiB "
           f"(no vLLM, verl or npm: `make setup` adds them)")

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from rl_lab.diagnose import EARLY, diagnose
-from rl_lab.stats import wilson_interval
-from rl_lab.sweep import load_results
+from rl_lab.tools.diagnose import EARLY, diagnose
+from rl_lab.tools.stats import wilson_interval
+from rl_lab.tools.sweep import load_results
 
 ROOT = Path(__file__).resolve().parents[2]
 MAP = ROOT / "research" / "stability_map" / "results"

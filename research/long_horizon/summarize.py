@@ -19,8 +19,8 @@ import pandas as pd
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
-from rl_lab.stats import holm, one_sample_t, welch  # noqa: E402
-from rl_lab.sweep import load_results  # noqa: E402
+from rl_lab.tools.stats import holm, one_sample_t, welch  # noqa: E402
+from rl_lab.tools.sweep import load_results  # noqa: E402
 from rl_lab.utils import read_jsonl  # noqa: E402
 
 RUNS, RESULTS = ROOT / "runs/long_horizon", HERE / "results"

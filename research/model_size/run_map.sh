@@ -7,7 +7,7 @@ set -euo pipefail
 ws=$(.venv/bin/python -c "from rl_lab.models import warm_start_path; print(warm_start_path('addition', '3M'))")
 if [ ! -f "$ws/model.safetensors" ]; then
   t0=$(date +%s)
-  .venv/bin/python -m rl_lab.warmstart --task addition --size 3M --learning-rate 1e-3 --steps 3000 --eval-every 10 --threads 1
+  .venv/bin/python -m rl_lab.tools.warmstart --task addition --size 3M --learning-rate 1e-3 --steps 3000 --eval-every 10 --threads 1
   echo "[model_size] warm start: $(( $(date +%s) - t0 )) s"
 fi
 # Order changed after the first run (NOTES.md): the fresh sampler collapsed at lr 5e-4, so the

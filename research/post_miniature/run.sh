@@ -11,7 +11,7 @@ run() {  # spec seed
     t0=$(date +%s)
     .venv/bin/python -c '
 import sys
-from rl_lab.sweep import load_spec, run_sweep
+from rl_lab.tools.sweep import load_spec, run_sweep
 spec = load_spec(f"research/post_miniature/{sys.argv[1]}.yaml")
 spec["seeds"] = [int(sys.argv[2])]
 run_sweep(spec, workers=2, threads=1, progress=False)

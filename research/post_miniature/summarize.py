@@ -21,7 +21,7 @@ import pandas as pd
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
-from rl_lab.stats import holm, one_sample_t, welch  # noqa: E402
+from rl_lab.tools.stats import holm, one_sample_t, welch  # noqa: E402
 from rl_lab.utils import read_jsonl  # noqa: E402
 
 RUNS, RESULTS = ROOT / "runs/post_miniature", HERE / "results"

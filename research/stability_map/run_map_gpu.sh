@@ -6,7 +6,7 @@ set -euo pipefail
 export RL_LAB_PRESET=gpu
 ws=$(.venv/bin/python -c "from rl_lab.models import warm_start_path; print(warm_start_path('scratchpad', '30M'))")
 if [ ! -f "$ws/model.safetensors" ]; then
-  .venv/bin/python -m rl_lab.warmstart --task scratchpad --size 30M --target 0.42 --threads "$(nproc)"   # CPU-only recipe
+  .venv/bin/python -m rl_lab.tools.warmstart --task scratchpad --size 30M --target 0.42 --threads "$(nproc)"   # CPU-only recipe
 fi
 t0=$(date +%s)
 .venv/bin/rl-lab sweep research/stability_map/map_gpu.yaml --workers 1

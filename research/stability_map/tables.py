@@ -21,8 +21,8 @@ import pandas as pd
 HERE = Path(__file__).resolve().parent
 RESEARCH = HERE.parent
 sys.path.insert(0, str(RESEARCH.parent))
-from rl_lab.stats import fisher_one_sided, holm, welch, welch_t  # noqa: E402
-from rl_lab.sweep import load_results  # noqa: E402
+from rl_lab.tools.stats import fisher_one_sided, holm, welch, welch_t  # noqa: E402
+from rl_lab.tools.sweep import load_results  # noqa: E402
 
 METHODS = {"none": "none", "token_tis": "token TIS", "seq_tis": "Seq-TIS", "seq_mis": "Seq-MIS (verl preset)",
            "seq_mis_one_sided": "Seq-MIS (one-sided, the post's)", "geo_rs": "Geo-RS (calibrated)",
@@ -410,7 +410,7 @@ nine-seed correction runs (their per-step series are not in monitor_series.csv.g
 
 def early_warning():
     """(table, runs, crossings of k3, split) of the held-out early-warning test (NOTES.md)."""
-    from rl_lab.stats import wilson_interval
+    from rl_lab.tools.stats import wilson_interval
     from rl_lab.toolkits import collapse
 
     smap = stability_map()

@@ -17,9 +17,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from rl_lab.demonstrations import sft_batch
 from rl_lab.models import load_warm_start, quiet_hf_progress
 from rl_lab.tasks import get_task
-from rl_lab.warmstart import sft_batch, success_rate
+from rl_lab.tools.warmstart import success_rate
 
 EVAL_SEED = 90_001          # apart from the RL runs' held-out sets (seeded by the run's seed)
 

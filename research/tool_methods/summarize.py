@@ -45,7 +45,7 @@ STEP_COLUMNS = {"reward": "reward", "grad_norm": "grad_norm", "void_fraction": "
 
 # ----------------------------------------------------------------------------- statistics
 # Student's t, Welch's test and Fisher's exact test are scipy.stats' (the `research` extra, which
-# `make setup` installs).  Holm's step-down adjustment is rl_lab.stats.holm, a few lines by hand:
+# `make setup` installs).  Holm's step-down adjustment is rl_lab.tools.stats.holm, a few lines by hand:
 # scipy has no Holm (its false_discovery_control is Benjamini-Hochberg/-Yekutieli, a different
 # procedure), and statsmodels' multipletests is not worth a dependency.
 try:
@@ -53,8 +53,8 @@ try:
 except ImportError:     # the labs-only install and Binder (lab 12 reads these tables): see the end
     sps = None
 
-from rl_lab.stats import holm  # noqa: E402,F401
-from rl_lab.stats import welch as _welch_no_spread  # noqa: E402  (both samples constant: no t distribution)
+from rl_lab.tools.stats import holm  # noqa: E402,F401
+from rl_lab.tools.stats import welch as _welch_no_spread  # noqa: E402  (both samples constant: no t distribution)
 
 
 def student_t_sf2(t: float, df: float) -> float:
@@ -70,7 +70,7 @@ def student_t_quantile(p_two_sided: float, df: float) -> float:
 def welch(a, b) -> dict:
     """mean(a) - mean(b), Welch's t, its degrees of freedom, the two-sided p and a 95% interval
     (scipy.stats.ttest_ind with equal_var=False).  Both samples constant: t = 0 and p = 1 if the
-    means are equal, else t = +-inf and p = 0, as rl_lab.stats.welch (scipy gives NaN there)."""
+    means are equal, else t = +-inf and p = 0, as rl_lab.tools.stats.welch (scipy gives NaN there)."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if len(a) < 2 or len(b) < 2:
         raise ValueError(f"welch needs at least 2 runs a side, got {len(a)} and {len(b)}")
@@ -93,9 +93,9 @@ def fisher_one_sided(hits_a: int, n_a: int, hits_b: int, n_b: int, direction: st
 
 if sps is None:
     # Without scipy (the labs-only install and Binder, where lab 12 calls table()), the same
-    # procedures come from rl_lab.stats, which has no scipy; tests/test_stats_scipy.py holds them
+    # procedures come from rl_lab.tools.stats, which has no scipy; tests/test_stats_scipy.py holds them
     # to scipy's, and tests/test_tool_methods_summary.py these tables, computed both ways, together.
-    from rl_lab.stats import fisher_one_sided, student_t_quantile, student_t_sf2, welch  # noqa: E402,F401,F811
+    from rl_lab.tools.stats import fisher_one_sided, student_t_quantile, student_t_sf2, welch  # noqa: E402,F401,F811
 
 
 def verdict(diff: float, p_adjusted: float) -> str:

@@ -44,7 +44,7 @@ STEP_COLUMNS = {"reward": "reward", "grad_norm": "grad_norm", "tool_calls": "too
                 "tool_errors": "tools/errors", "varying_groups": "turns/varying_groups",
                 "shrink_spread": "turns/shrink_spread"}
 
-from rl_lab.stats import holm, welch  # noqa: E402  (Welch's test and Holm, as research/tool_methods)
+from rl_lab.tools.stats import holm, welch  # noqa: E402  (Welch's test and Holm, as research/tool_methods)
 
 
 def verdict(diff: float, p_adjusted: float) -> str:
@@ -133,7 +133,7 @@ def warm_start_eval(folder: Path = RESULTS) -> pd.DataFrame:
     import torch
 
     from rl_lab import Trainer
-    from rl_lab.sweep import plan_sweep
+    from rl_lab.tools.sweep import plan_sweep
     torch.set_num_threads(1)
     runs = plan_sweep(HERE / "grpo.yaml").runs            # the comparison's configs, one per seed
     out = pd.DataFrame([{"seed": r.seed, "eval_reward": Trainer(r.config).evaluate()["eval/reward"]} for r in runs])

@@ -24,6 +24,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from rl_lab.demonstrations import sft_batch
+
 
 def reverse_kl(logp_all: torch.Tensor, teacher_logp_all: torch.Tensor) -> torch.Tensor:
     """(B, T, V) log pi and log q -> (B, T) KL(pi || q) = sum_j pi_j (log pi_j - log q_j).  Tokens
@@ -103,7 +105,6 @@ class Imitation(Method):
         return config.imitation is not None
 
     def prepare(self, s: StepState) -> None:
-        from rl_lab.warmstart import sft_batch
         t = s.trainer
         s.extra["demos"] = tuple(x.to(t.device) for x in sft_batch(t.tokenizer, t.task, s.examples))
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from rl_lab.config import ConfigError
+from rl_lab.errors import ConfigError
 from rl_lab.exact.policies import TabularPolicy, flat_grad, log_probs, score_sqnorm, score_table
 from rl_lab.exact.quantities import divergences, exact_gradient
 from rl_lab.exact.space import DTYPE, SequenceSpace

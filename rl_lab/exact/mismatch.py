@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from rl_lab.config import ConfigError
+from rl_lab.errors import ConfigError
 from rl_lab.exact.policies import flat_params, logits_at
 from rl_lab.exact.quantities import exact_gradient
 from rl_lab.exact.space import DTYPE, SequenceSpace

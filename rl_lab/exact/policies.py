@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rl_lab.config import ConfigError
+from rl_lab.errors import ConfigError
 from rl_lab.exact.space import DTYPE, SequenceSpace
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rl_lab.config import ConfigError
+from rl_lab.errors import ConfigError
 from rl_lab.exact.policies import flat_grad, log_probs
 from rl_lab.exact.space import DTYPE, SequenceSpace
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from rl_lab.config import ConfigError
+from rl_lab.errors import ConfigError
 from rl_lab.exact.estimators import Estimator, ExactProblem, Moments, per_sequence_vectors
 from rl_lab.exact.policies import flat_params, logits_at
 

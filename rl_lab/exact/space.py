@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from rl_lab.config import ConfigError
+from rl_lab.errors import ConfigError
 
 DTYPE = torch.float64
 MAX_SEQUENCES = 2 ** 22  # ~4M: (N, T) float64 tables stay below a few hundred MB

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from rl_lab.config import ConfigError
 from rl_lab.corrections import trust_region_bounds
+from rl_lab.errors import ConfigError
 from rl_lab.exact.estimators import ExactProblem
 
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rl_lab.config import ConfigError
 from rl_lab.algos.trloo import turn_returns
+from rl_lab.errors import ConfigError
 
 DTYPE = torch.float64
 MAX_GROUPS = 2 ** 20

@@ -1,4 +1,4 @@
-"""`rl-lab export verl` and `rl-lab import-metrics` (wired into rl_lab.cli).
+"""`rl-lab export verl` and `rl-lab import-metrics` (wired into rl_lab.tools.cli).
 
     rl-lab export verl --config my.yaml --out verl_run            # overrides, command, data, reward, model
     rl-lab export verl --task addition --set rollout_is=token --out verl_run --gpus-per-node 8 --nnodes 2
@@ -41,7 +41,8 @@ def add_import_arguments(parser: argparse.ArgumentParser) -> None:
 
 def export_config(args):
     """The RLConfig the command line describes: preset, then --config, --task, then --set."""
-    from rl_lab.config import ConfigError, get_preset, preset_name
+    from rl_lab.config import get_preset, preset_name
+    from rl_lab.errors import ConfigError
 
     fields = {}
     if args.config:

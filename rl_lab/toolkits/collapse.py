@@ -1,6 +1,6 @@
 """When has a run collapsed?  The criteria, fixed before any result is looked at.
 
-A sweep (rl_lab.sweep) flags every run with these functions, so the criterion is decided once,
+A sweep (rl_lab.tools.sweep) flags every run with these functions, so the criterion is decided once,
 here, and not tuned to the runs it judges.  All are pure functions of per-step series (one
 value per optimizer step, in step order); `steps=` maps positions to step labels (e.g. the
 trainer's 1-based `step` column), else positions 0, 1, 2, ... are returned.

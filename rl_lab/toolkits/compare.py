@@ -18,8 +18,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from rl_lab.config import ConfigError, get_preset
+from rl_lab.config import get_preset
 from rl_lab.corrections import RS_OPTIONS, reduce_rows, token_divergences
+from rl_lab.errors import ConfigError
 
 
 def run_grid(methods: dict[str, dict], seeds, preset: str | None = None, **base) -> pd.DataFrame:

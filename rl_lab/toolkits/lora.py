@@ -26,7 +26,7 @@ import torch
 from peft import LoraConfig, inject_adapter_in_model
 from peft.tuners.lora import LoraLayer
 
-from rl_lab.config import ConfigError
+from rl_lab.errors import ConfigError
 
 LORA_ALPHA = 32.0
 """alpha in the scale alpha / r; fixed across ranks, so the optimal learning rate hardly

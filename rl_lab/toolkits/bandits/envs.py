@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rl_lab.config import ConfigError
+from rl_lab.errors import ConfigError
 
 DTYPE = torch.float64
 CONTEXTS = ("fixed", "varying")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from rl_lab.toolkits.bandits.envs import DTYPE, FiniteBandit
-from rl_lab.config import ConfigError
+from rl_lab.errors import ConfigError
 
 
 @torch.no_grad()

@@ -26,7 +26,7 @@ from pathlib import Path
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 
-LOCK = Path(__file__).resolve().parent / "constraints.txt"
+LOCK = Path(__file__).resolve().parents[1] / "constraints.txt"   # rl_lab/constraints.txt
 
 
 def locked_versions(path: Path = LOCK) -> dict[str, str]:
@@ -306,7 +306,7 @@ def check_kernel(argv: list[str] | None, resource_dir: str | None, interpreter: 
     """The `python3` kernel that JupyterLab and the book's build start must be this interpreter
     (the one that has rl_lab).  `which` resolves a bare command name such as "python"; a
     kernelspec outside `prefix` (the environment's) shadows the environment's own."""
-    fix = f"register this interpreter as the python3 kernel: {interpreter} -m rl_lab.kernel install"
+    fix = f"register this interpreter as the python3 kernel: {interpreter} -m rl_lab.tools.kernel install"
     if argv is None:
         return Check("python3 kernel", FAIL, "no python3 kernelspec found (is ipykernel installed?)", fix)
     if not argv:
@@ -319,10 +319,10 @@ def check_kernel(argv: list[str] | None, resource_dir: str | None, interpreter: 
         if resource_dir and not Path(resource_dir).resolve().is_relative_to(Path(prefix).resolve()):
             shadow = f"; or delete {resource_dir}, which shadows the venv's kernel"
         return Check("python3 kernel", FAIL, found + f", not {interpreter}", fix + shadow)
-    if "rl_lab.kernel" not in argv:
+    if not {"rl_lab.tools.kernel", "rl_lab.kernel"} & set(argv):   # rl_lab.kernel: a spec installed before the move
         return Check("python3 kernel", WARN, found + ", plain ipykernel",
                      "the labs import torch before rl_lab can set its thread policy, so kernels side by side "
-                     f"stall each other (BENCHMARKS.md, section 9): {interpreter} -m rl_lab.kernel install")
+                     f"stall each other (BENCHMARKS.md, section 9): {interpreter} -m rl_lab.tools.kernel install")
     return Check("python3 kernel", OK, found)
 
 

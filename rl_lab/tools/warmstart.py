@@ -7,9 +7,9 @@ a steep transition (success goes from ~10% to ~90% within a few hundred steps), 
 other kinds (AVX2, AVX-512) round differently, so a fixed step count lands on very different
 policies on different machines.  A target lands on the same success everywhere.
 
-    python -m rl_lab.warmstart --all            # rebuild rl_lab/checkpoints/* and the manifest
-    python -m rl_lab.warmstart --all --check    # rebuild elsewhere, compare with the manifest
-    python -m rl_lab.warmstart --task reversal --size 0.3M --out my_checkpoints
+    python -m rl_lab.tools.warmstart --all            # rebuild rl_lab/checkpoints/* and the manifest
+    python -m rl_lab.tools.warmstart --all --check    # rebuild elsewhere, compare with the manifest
+    python -m rl_lab.tools.warmstart --task reversal --size 0.3M --out my_checkpoints
 
 `--check` passes when the rebuilt success lies within SUCCESS_TOLERANCE of the recorded one; the
 SHA-256 of the weights is compared too, but only on a machine whose signature (torch and
@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 
 from rl_lab.config import SamplingConfig, WarmStartConfig
+from rl_lab.demonstrations import sft_batch
 from rl_lab.models import CHECKPOINT_DIR, build_model, quiet_hf_progress
 from rl_lab.engines.rollout import HFEngine
 from rl_lab.tasks import get_task
@@ -89,45 +90,6 @@ def machine_signature() -> dict:
     return {"torch": torch.__version__, "transformers": transformers.__version__,
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "threads": torch.get_num_threads()}
-
-
-def target_segments(task, example) -> list[tuple[str, bool]]:
-    """The demonstration as (text, is_environment) pieces.  A tool task (one with
-    `trace_segments`) gives its model turns with the real tool's output between them, as the
-    environment formats it; any other task gives its whole `target` as one model piece."""
-    if hasattr(task, "trace_segments"):
-        return task.trace_segments(example)
-    return [(task.target(example), False)]
-
-
-def sft_example(tok, task, example) -> tuple[list[int], list[int]]:
-    """(ids, labels) of prompt + demonstration + <eos>.  Labels are -100 on the prompt and on
-    the environment's tokens (a tool's output conditions what follows but is never trained
-    on: the model does not learn to write it), the ids elsewhere."""
-    ids = tok(example["prompt"])["input_ids"]
-    labels = [-100] * len(ids)
-    for text, is_env in target_segments(task, example):
-        piece = tok(text, add_special_tokens=False)["input_ids"]
-        ids += piece
-        labels += [-100] * len(piece) if is_env else piece
-    return ids + [tok.eos_token_id], labels + [tok.eos_token_id]
-
-
-def sft_batch(tok, task, examples):
-    """Right-padded prompt+answer+<eos> ids, attention mask and labels (-100 off the answer,
-    and off a tool's output in a multi-turn demonstration: `sft_example`)."""
-    ids, labels = [], []
-    for e in examples:
-        x, y = sft_example(tok, task, e)
-        ids.append(x)
-        labels.append(y)
-    L = max(map(len, ids))
-    input_ids = torch.full((len(ids), L), tok.pad_token_id)
-    label_t = torch.full((len(ids), L), -100)
-    attn = torch.zeros((len(ids), L), dtype=torch.long)
-    for i, (x, y) in enumerate(zip(ids, labels)):
-        input_ids[i, : len(x)], label_t[i, : len(y)], attn[i, : len(x)] = torch.tensor(x), torch.tensor(y), 1
-    return input_ids, attn, label_t
 
 
 def lr_factor(step: int, cfg: WarmStartConfig) -> float:
@@ -240,7 +202,7 @@ def compare_with_manifest(built: dict, recorded: dict,
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m rl_lab.warmstart", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m rl_lab.tools.warmstart", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("names", nargs="*", help=f"shipped checkpoints to build, from {list(SHIPPED)}")
     ap.add_argument("--all", action="store_true", help="every shipped checkpoint")

@@ -62,7 +62,8 @@ import numpy as np
 import yaml
 
 from rl_lab.toolkits import collapse
-from rl_lab.config import ConfigError, RLConfig, get_preset
+from rl_lab.config import RLConfig, get_preset
+from rl_lab.errors import ConfigError
 from rl_lab.utils import atomic_write_text
 
 SPEC_KEYS = ("base", "grid", "seeds", "out", "metrics")
@@ -304,14 +305,15 @@ def execute_run(config: dict | RLConfig, options: dict | None = None, threads: i
     call's seconds).  Used by the sweep's workers; `threads` sets torch's thread count."""
     import torch
 
-    from rl_lab.trainer import Trainer, checkpoint_dirs
+    from rl_lab.runs import RunFolder
+    from rl_lab.trainer import Trainer
 
     if threads:
         torch.set_num_threads(threads)
     cfg = config if isinstance(config, RLConfig) else RLConfig.from_dict(config)
     t0 = time.perf_counter()
     run_dir = Path(cfg.output_dir)
-    has_ckpt = any((p / "trainer_state.pt").exists() for p in checkpoint_dirs(run_dir).values())
+    has_ckpt = bool(RunFolder(run_dir).checkpoints(complete=True))
     if run_dir.exists() and not has_ckpt:   # killed before its first checkpoint: nothing to keep
         shutil.rmtree(run_dir)
     trainer = Trainer(cfg)
@@ -392,15 +394,14 @@ def _append_row(path: Path, row: dict) -> None:
 
 
 def _status(sweep: Sweep, done: set) -> list[str]:
-    from rl_lab.trainer import checkpoint_dirs
+    from rl_lab.runs import RunFolder
 
     out = []
     for r in sweep.runs:
         if r.run_id in done:
             out.append("done")
             continue
-        ckpts = [step for step, p in checkpoint_dirs(sweep.out / r.run_id).items()
-                 if (p / "trainer_state.pt").exists()]
+        ckpts = RunFolder(sweep.out / r.run_id).checkpoints(complete=True)
         out.append(f"resume@{max(ckpts)}" if ckpts else "new")
     return out
 

@@ -7,7 +7,7 @@ tag it `solution` (MyST-NB gives its node the class `tag_solution`).
     make book                          # solutions in the HTML, closed
     RL_LAB_SOLUTIONS=0 make book       # a course handout: every solution left out
 
-Loaded by _config.yml (`sphinx: extra_extensions: [rl_lab.book_solutions]`): it lives in the
+Loaded by _config.yml (`sphinx: extra_extensions: [rl_lab.book_ext.solutions]`): it lives in the
 package, not in tools/, so that any build that can import rl_lab finds it (a `local_extensions`
 path would be resolved against the folder of whichever config file the build is given).  The
 setting is a Sphinx config value with rebuild="env", so switching it re-reads every page.

@@ -13,7 +13,7 @@ is loaded at build time or when a page opens.  Labs are MyST Markdown, so Colab 
 .ipynb files from GitHub) is not a button: each lab page's download menu offers the .ipynb, which
 Colab opens with File -> Upload notebook (book/workshop.md).
 
-Loaded by _config.yml (`sphinx: extra_extensions: [rl_lab.book_repository]`).  Only Sphinx
+Loaded by _config.yml (`sphinx: extra_extensions: [rl_lab.book_ext.repository]`).  Only Sphinx
 imports this module; nothing in rl_lab does.
 """
 from __future__ import annotations
@@ -84,7 +84,7 @@ def _on_config_inited(app, config) -> None:
     opts = dict(config.html_theme_options or {})
     url = find_repository_url(opts.get("repository_url"), dict(os.environ), git_origin(app.srcdir))
     config.html_theme_options = apply_repository(opts, url)
-    LOG.info(f"rl_lab.book_repository: {url or 'no repository URL found: no repository or launch buttons'}")
+    LOG.info(f"rl_lab.book_ext.repository: {url or 'no repository URL found: no repository or launch buttons'}")
 
 
 def setup(app):

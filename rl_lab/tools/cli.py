@@ -44,7 +44,7 @@ def build_config(args):
 
 def _cli_fields(args) -> tuple[dict, dict]:
     """The RLConfig fields a command line gives: (from --config, --task, --seed; from --set)."""
-    from rl_lab.config import ConfigError
+    from rl_lab.errors import ConfigError
 
     given = {}
     if args.config:
@@ -69,13 +69,14 @@ def resume_config(args):
     """`--resume`: the config saved in <out>/config.yaml.  A field this command line gives a
     different value is refused unless it came with --set (a deliberate change), and the changed
     fields are listed on stderr; $RL_LAB_PRESET and the preset defaults do not apply."""
-    from rl_lab.config import _PRESET_OVERRIDES, ConfigError, RLConfig, preset_name
-    from rl_lab.trainer import config_changes
+    from rl_lab.config import _PRESET_OVERRIDES, RLConfig, preset_name
+    from rl_lab.errors import ConfigError
+    from rl_lab.runs import RunFolder, config_changes
 
-    path = Path(args.out) / "config.yaml"
-    saved = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(saved, dict):
-        raise ConfigError(f"{path} must hold a mapping of RLConfig fields")
+    folder = RunFolder(args.out)
+    saved = folder.saved_config()
+    if saved is None:
+        raise ConfigError(f"{folder.config_path} must hold a mapping of RLConfig fields")
     given, set_fields = _cli_fields(args)
     for fields, preset in ((given, given.pop("preset", None) or args.preset),
                            (set_fields, set_fields.pop("preset", None))):
@@ -92,8 +93,8 @@ def resume_config(args):
     if refused:
         what = ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in refused.items())
         example = next(iter(refused))
-        raise ConfigError(f"--resume continues {args.out} with its saved {path}, and this command changes "
-                          f"{what}.  Leave those options out to continue the run as it was, or change a "
+        raise ConfigError(f"--resume continues {args.out} with its saved {folder.config_path}, and this "
+                          f"command changes {what}.  Leave those options out to continue the run as it was, or change a "
                           f"field on purpose with --set (e.g. --set {example}={refused[example][1]!r})")
     if changes:
         print(f"resuming {args.out} with changed config (saved -> now): "
@@ -102,21 +103,16 @@ def resume_config(args):
 
 
 def cmd_train(args) -> int:
-    from rl_lab.config import ConfigError
-    from rl_lab.trainer import Trainer, describe_run, first_last_fifth
+    from rl_lab.runs import RunFolder, check_resume_overwrite
+    from rl_lab.trainer import Trainer, first_last_fifth
 
-    if args.resume and args.overwrite:
-        raise ConfigError("--resume continues the run in --out and --overwrite deletes it: choose one")
-    if args.resume and args.out and (Path(args.out) / "config.yaml").exists():
+    check_resume_overwrite(args.resume, args.overwrite, args.out)
+    if args.resume and args.out and RunFolder(args.out).config_path.exists():
         cfg = resume_config(args)
     else:
         cfg = build_config(args)
     if cfg.output_dir and not args.resume and not args.overwrite:
-        found = describe_run(cfg.output_dir)
-        if found:
-            raise ConfigError(f"{cfg.output_dir} already holds a run: {found}.  Continue it with "
-                              f"`rl-lab train --out {cfg.output_dir} --resume` (add --set KEY=VALUE to change "
-                              f"a field), or start over with --overwrite, which deletes those files first")
+        RunFolder(cfg.output_dir).refuse_if_taken()   # before the model is built (Trainer.train checks too)
     trainer = Trainer(cfg)
     resumed = trainer.resume() if args.resume else False
     if args.resume and not resumed:
@@ -138,7 +134,7 @@ def cmd_train(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from rl_lab.plots import plot_training
+    from rl_lab.tools.plots import plot_training
     from rl_lab.utils import read_metrics
 
     df = read_metrics(Path(args.run) / "metrics.jsonl")
@@ -150,7 +146,8 @@ def cmd_plot(args) -> int:
 
 
 def main(argv=None) -> int:
-    from rl_lab.config import PRESETS, ConfigError
+    from rl_lab.config import PRESETS
+    from rl_lab.errors import ConfigError
 
     ap = argparse.ArgumentParser(prog="rl-lab", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -171,24 +168,24 @@ def main(argv=None) -> int:
                     help="delete the run already in --out (metrics, checkpoints, final model) and start over")
     pl = sub.add_parser("plot", help="plot a run's metrics to <run>/metrics.png")
     pl.add_argument("run")
-    sw = sub.add_parser("sweep", help="run a YAML grid of RLConfig fields x seeds (see rl_lab.sweep)")
+    sw = sub.add_parser("sweep", help="run a YAML grid of RLConfig fields x seeds (see rl_lab.tools.sweep)")
     sw.add_argument("spec", help="YAML file with base:, grid:, seeds:, out: (and optional metrics:)")
     sw.add_argument("--workers", type=int, default=1, help="parallel worker processes (default 1)")
     sw.add_argument("--threads", type=int, help="torch threads per worker (default: cpu count // workers)")
     sw.add_argument("--out", type=Path, help="override the spec's out: folder")
     sw.add_argument("--dry-run", action="store_true", help="print the run list and what is done, run nothing")
     sw.add_argument("--no-progress", action="store_true", help="no progress bar")
-    ws = sub.add_parser("warmstart", help="build the warm-start checkpoints (see python -m rl_lab.warmstart -h)")
+    ws = sub.add_parser("warmstart", help="build the warm-start checkpoints (see python -m rl_lab.tools.warmstart -h)")
     ws.add_argument("rest", nargs=argparse.REMAINDER)
     from rl_lab.integrations.verl_cli import add_export_arguments, add_import_arguments
     add_export_arguments(sub.add_parser("export", help="write an RLConfig as a verl run: overrides, command, data, "
                                         "reward, model (see rl_lab.integrations.verl)"))
     add_import_arguments(sub.add_parser("import-metrics", help="read a verl run's logged metrics into "
                                         "<out>/metrics.jsonl, under Trainer.metrics() names"))
-    from rl_lab.doctor import add_arguments as add_doctor_arguments
+    from rl_lab.tools.doctor import add_arguments as add_doctor_arguments
     add_doctor_arguments(sub.add_parser("doctor", help="check this machine for the labs: Python, torch, "
                                         "threads, vLLM, one step's time, disk, the Jupyter kernel"))
-    from rl_lab.diagnose import add_arguments as add_diagnose_arguments
+    from rl_lab.tools.diagnose import add_arguments as add_diagnose_arguments
     add_diagnose_arguments(sub.add_parser("diagnose", help="read a run's metrics (rl_lab, verl, flat JSONL, W&B "
                                           "CSV) and say whether and why it collapsed, with verl overrides to try"))
     args = ap.parse_args(argv)
@@ -200,15 +197,15 @@ def main(argv=None) -> int:
         if args.command in ("export", "import-metrics"):
             return args.run(args)
         if args.command == "sweep":
-            from rl_lab.sweep import cmd_sweep
+            from rl_lab.tools.sweep import cmd_sweep
             return cmd_sweep(args)
         if args.command == "doctor":
-            from rl_lab.doctor import cmd_doctor
+            from rl_lab.tools.doctor import cmd_doctor
             return cmd_doctor(args)
         if args.command == "diagnose":
-            from rl_lab.diagnose import cmd_diagnose
+            from rl_lab.tools.diagnose import cmd_diagnose
             return cmd_diagnose(args)
-        from rl_lab.warmstart import main as warmstart_main
+        from rl_lab.tools.warmstart import main as warmstart_main
         return warmstart_main(args.rest)
     except ConfigError as e:
         print(f"rl-lab: config error: {e}", file=sys.stderr)

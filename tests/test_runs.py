@@ -1,0 +1,98 @@
+"""rl_lab.runs without a model: what a run folder holds, the one "already holds a run" refusal,
+metrics.jsonl trimmed to the step a run continues from, config.until-step-N.yaml, checkpoint
+rotation, recovery after a kill during a save, and latest_checkpoint."""
+import pytest
+import torch
+import yaml
+
+from rl_lab import RLConfig
+from rl_lab.errors import ConfigError
+from rl_lab.runs import LATEST, RunFolder, check_resume_overwrite, config_changes
+from rl_lab.utils import json_line, read_jsonl
+
+
+class _Saves:
+    """What save_checkpoint needs of a model and a tokenizer: save_pretrained."""
+
+    def save_pretrained(self, path, **kw):
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "model.safetensors").write_bytes(b"w")
+
+
+def _metrics(folder, steps, torn=False):
+    folder.path.mkdir(parents=True, exist_ok=True)
+    text = "".join(json_line({"step": s, "reward": float("nan") if s == 2 else 0.5}) for s in steps)
+    folder.metrics_path.write_text(text + ('{"step": 9, "rew' if torn else ""))
+
+
+def test_describe_refuse_and_clear(tmp_path):
+    folder = RunFolder(tmp_path / "run")
+    assert folder.describe() is None
+    folder.refuse_if_taken()                                   # nothing there: fine
+    _metrics(folder, [1, 2, 3])
+    (folder.path / "checkpoint-3").mkdir()
+    (folder.path / "notes.txt").write_text("mine")
+    assert folder.describe() == "metrics.jsonl (3 rows, steps 1-3); checkpoint-3"
+    with pytest.raises(ConfigError, match=r"(?s)already holds a run: metrics\.jsonl.*--resume.*--overwrite"):
+        folder.refuse_if_taken()
+    folder.clear()
+    assert folder.describe() is None and (folder.path / "notes.txt").read_text() == "mine"
+
+
+def test_resume_and_overwrite_exclude_each_other():
+    check_resume_overwrite(True, False, "runs/x")
+    check_resume_overwrite(False, True, "runs/x")
+    with pytest.raises(ConfigError, match="--overwrite"):
+        check_resume_overwrite(True, True, "runs/x")
+
+
+def test_trim_metrics_keeps_the_rows_up_to_the_step_and_drops_a_torn_line(tmp_path):
+    folder = RunFolder(tmp_path)
+    assert folder.trim_metrics(3) == []
+    _metrics(folder, [1, 2, 3, 4], torn=True)
+    kept = folder.trim_metrics(3)
+    assert [r["step"] for r in kept] == [1, 2, 3] and kept[1]["reward"] is None
+    assert [r["step"] for r in read_jsonl(folder.metrics_path)] == [1, 2, 3]
+    before = folder.metrics_path.stat().st_mtime_ns
+    assert len(folder.trim_metrics(3)) == 3 and folder.metrics_path.stat().st_mtime_ns == before  # no rewrite
+    folder.append_metrics({"step": 4, "reward": float("inf")})
+    assert read_jsonl(folder.metrics_path)[-1] == {"step": 4, "reward": None}
+    assert folder.trim_metrics(0) == [] and folder.metrics_path.read_text() == ""
+
+
+def test_write_config_keeps_the_earlier_config_of_a_continued_run(tmp_path):
+    folder = RunFolder(tmp_path)
+    first, second = RLConfig(seed=1), RLConfig(seed=2)
+    folder.write_config(first, 0)
+    assert folder.saved_config()["seed"] == 1 and folder.config_changes(second) == {"seed": (1, 2)}
+    folder.write_config(first, 4)                              # unchanged: no copy
+    assert not list(tmp_path.glob("config.until-step-*"))
+    folder.write_config(second, 4)
+    assert yaml.safe_load((tmp_path / "config.until-step-4.yaml").read_text())["seed"] == 1
+    assert folder.saved_config()["seed"] == 2
+    assert config_changes({"seed": 2, "output_dir": "elsewhere"}, second) == {}
+    folder.config_path.write_text("[not, a, mapping]")
+    assert folder.saved_config() is None and folder.config_changes(second) == {}
+
+
+def test_checkpoints_rotate_recover_and_the_latest_is_named(tmp_path):
+    folder = RunFolder(tmp_path)
+    for step in (100, 200):                                    # an older run's, higher steps
+        (tmp_path / f"checkpoint-{step}").mkdir()
+        torch.save({}, tmp_path / f"checkpoint-{step}" / "trainer_state.pt")
+    for step in (1, 2, 3):
+        folder.save_checkpoint(step, _Saves(), _Saves(), {"global_step": step}, keep=2)
+    assert sorted(folder.checkpoints()) == [2, 3, 100, 200]
+    assert (tmp_path / LATEST).read_text() == "checkpoint-3\n"
+    assert folder.last_checkpoint().name == "checkpoint-3"
+    assert torch.load(tmp_path / "checkpoint-3" / "trainer_state.pt", weights_only=True) == {"global_step": 3}
+    # killed mid-save: checkpoint-3 moved aside, its replacement not in yet, a temp folder left
+    (tmp_path / "checkpoint-3").rename(tmp_path / "checkpoint-3.old")
+    (tmp_path / ".checkpoint-4.tmp").mkdir()
+    (tmp_path / "checkpoint-5").mkdir()                        # incomplete: no trainer state
+    assert sorted(folder.checkpoints(complete=True)) == [2, 100, 200]
+    assert folder.last_checkpoint().name == "checkpoint-3"     # recovered, and named in latest_checkpoint
+    assert not list(tmp_path.glob("*.old")) and not list(tmp_path.glob(".*.tmp"))
+    (tmp_path / LATEST).unlink()
+    assert folder.last_checkpoint().name == "checkpoint-200"   # without the name: the highest step
+    assert RunFolder(tmp_path / "absent").last_checkpoint() is None
