@@ -45,7 +45,7 @@ def test_student_t_p_and_quantile_are_scipys(df):
 
 @pytest.mark.parametrize("df", [1.01, 1.1, 1.5, 1.9, 1e5, 1e6])
 def test_student_t_quadrature_is_coarser_below_two_and_at_huge_df(df):
-    """Measured, not the 1e-9 student_t_sf2's docstring states: for 1 < df < 2 the integrand
+    """Measured, as student_t_sf2's docstring states: for 1 < df < 2 the integrand
     cos(u)^(df-1) has an infinite slope at pi/2 (p off by up to 5e-6 near df = 1.1), and at df >~ 1e5
     its peak is narrower than Simpson's step (2e-7 at 1e6).  A Welch df falls below 2 only with a
     2-value sample that dominates the variance; p-values are quoted to 3 decimals."""
