@@ -259,10 +259,10 @@ def _make(*args: str) -> str:
 def test_make_checkpoints_regenerates_and_check_checkpoints_checks():
     """`make checkpoints` does what `make help` says (regenerate); checking is its own target."""
     regenerate = _make("-n", "checkpoints")
-    assert re.search(r"-m rl_lab\.warmstart --all\s*$", regenerate.strip()), regenerate
+    assert re.search(r"-m rl_lab\.tools\.warmstart --all\s*$", regenerate.strip()), regenerate
     assert "--check" not in regenerate
     check = _make("-n", "check-checkpoints")
-    assert re.search(r"-m rl_lab\.warmstart --all --check\s*$", check.strip()), check
+    assert re.search(r"-m rl_lab\.tools\.warmstart --all --check\s*$", check.strip()), check
     helps = {m.group(1): m.group(2) for m in re.finditer(r"^make (\S+)\s+(.*)$", _make("help"), re.M)}
     assert "regenerate" in helps["checkpoints"] and not re.search(r"\bcheck\b", helps["checkpoints"]), helps
     assert "compare" in helps["check-checkpoints"], helps
