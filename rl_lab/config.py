@@ -683,6 +683,31 @@ _PRESET_OVERRIDES: dict[str, dict[str, Any]] = {
 }
 
 
+def command_line_fields(config_file=None, task: str | None = None, seed: int | None = None,
+                        sets=()) -> tuple[dict, dict]:
+    """The RLConfig fields a command line gives (`rl-lab train`, `rl-lab export verl`): (those of
+    a YAML file, --task and --seed; those of --set KEY=VALUE), each value read as YAML (numbers,
+    booleans, null, lists, mappings; a dotted KEY sets one knob of a nested config)."""
+    import yaml
+    given = {}
+    if config_file:
+        loaded = yaml.safe_load(open(config_file, encoding="utf-8").read()) or {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{config_file} must hold a mapping of RLConfig fields")
+        given.update(loaded)
+    if task:
+        given["task"] = task
+    if seed is not None:
+        given["seed"] = seed
+    set_fields = {}
+    for item in sets or ():
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: write it as key=value, e.g. --set learning_rate=3e-4")
+        key, value = item.split("=", 1)
+        set_fields[key.strip()] = yaml.safe_load(value)
+    return given, set_fields
+
+
 def preset_name(name: str | None = None) -> str:
     """The preset in force: `name`, else $RL_LAB_PRESET, else "smoke"."""
     name = name or os.environ.get("RL_LAB_PRESET") or "smoke"

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import yaml
 
 
 def add_export_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,22 +40,10 @@ def add_import_arguments(parser: argparse.ArgumentParser) -> None:
 
 def export_config(args):
     """The RLConfig the command line describes: preset, then --config, --task, then --set."""
-    from rl_lab.config import get_preset, preset_name
-    from rl_lab.errors import ConfigError
+    from rl_lab.config import command_line_fields, get_preset, preset_name
 
-    fields = {}
-    if args.config:
-        loaded = yaml.safe_load(Path(args.config).read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{args.config} must hold a mapping of RLConfig fields")
-        fields.update(loaded)
-    if args.task:
-        fields["task"] = args.task
-    for item in args.set or []:
-        if "=" not in item:
-            raise ConfigError(f"--set {item!r}: write it as key=value, e.g. --set rollout_is=token")
-        key, value = item.split("=", 1)
-        fields[key.strip()] = yaml.safe_load(value)
+    given, set_fields = command_line_fields(args.config, args.task, None, args.set)
+    fields = {**given, **set_fields}
     preset = fields.pop("preset", None) or args.preset
     return get_preset(preset_name(preset), **fields)
 

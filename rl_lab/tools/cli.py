@@ -20,12 +20,6 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-
-
-def _parse_value(text: str):
-    """`--set key=value`: value parsed as YAML (numbers, booleans, null, lists, dicts)."""
-    return yaml.safe_load(text)
 
 
 def build_config(args):
@@ -44,25 +38,8 @@ def build_config(args):
 
 def _cli_fields(args) -> tuple[dict, dict]:
     """The RLConfig fields a command line gives: (from --config, --task, --seed; from --set)."""
-    from rl_lab.errors import ConfigError
-
-    given = {}
-    if args.config:
-        loaded = yaml.safe_load(Path(args.config).read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{args.config} must hold a mapping of RLConfig fields")
-        given.update(loaded)
-    if args.task:
-        given["task"] = args.task
-    if args.seed is not None:
-        given["seed"] = args.seed
-    set_fields = {}
-    for item in args.set or []:
-        if "=" not in item:
-            raise ConfigError(f"--set {item!r}: write it as key=value, e.g. --set learning_rate=3e-4")
-        key, value = item.split("=", 1)
-        set_fields[key.strip()] = _parse_value(value)
-    return given, set_fields
+    from rl_lab.config import command_line_fields
+    return command_line_fields(args.config, args.task, args.seed, args.set)
 
 
 def resume_config(args):
