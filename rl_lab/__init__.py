@@ -39,16 +39,37 @@ import sys as _sys
 if "torch" not in _sys.modules and _os.environ.get("RL_LAB_THREAD_POLICY", "").lower() != "off":
     _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from rl_lab.config import RLConfig, SamplingConfig, WarmStartConfig, get_preset
-from rl_lab.models import build_model, load_model, load_warm_start, MODEL_SIZES
-from rl_lab.engines.rollout import HFEngine, RolloutBatch
-from rl_lab.tasks import get_task, TASKS
-from rl_lab.tokenizer import build_tokenizer, load_tokenizer
-from rl_lab.trainer import Trainer
+# The public names load on first use (PEP 562): `import rl_lab` costs nothing, so a page or a
+# command that needs only the statistics or a toolkit does not pay for torch and transformers
+# (importing the models' module takes 5-10 s on a 2-core laptop; the book executes ~30 pages).
+_EXPORTS = {
+    "RLConfig": "rl_lab.config", "SamplingConfig": "rl_lab.config",
+    "WarmStartConfig": "rl_lab.config", "get_preset": "rl_lab.config",
+    "build_model": "rl_lab.models", "load_model": "rl_lab.models",
+    "load_warm_start": "rl_lab.models", "MODEL_SIZES": "rl_lab.models",
+    "HFEngine": "rl_lab.engines.rollout", "RolloutBatch": "rl_lab.engines.rollout",
+    "get_task": "rl_lab.tasks", "TASKS": "rl_lab.tasks",
+    "build_tokenizer": "rl_lab.tokenizer", "load_tokenizer": "rl_lab.tokenizer",
+    "Trainer": "rl_lab.trainer",
+}
 
-__all__ = [
-    "__version__", "RLConfig", "SamplingConfig", "WarmStartConfig", "get_preset",
-    "build_model", "load_model", "load_warm_start", "MODEL_SIZES",
-    "HFEngine", "RolloutBatch", "get_task", "TASKS",
-    "build_tokenizer", "load_tokenizer", "Trainer",
-]
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str):
+    import importlib
+
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    try:  # a submodule used as an attribute: rl_lab.trainer after `import rl_lab`
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__name__}.{name}":
+            raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -31,9 +31,20 @@ export HF_HUB_OFFLINE=1
 export TRANSFORMERS_OFFLINE=1
 export HF_DATASETS_OFFLINE=1
 export PYDEVD_DISABLE_FILE_VALIDATION=1   # silence ipykernel's debugger warning on stderr
-# One kernel at a time on otherwise idle cores: torch's spinning OpenMP threads are faster there
-# than rl_lab's default passive wait (BENCHMARKS.md, section 9); a caller's setting wins.
-export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-ACTIVE}"
+# Pages executed at once (Sphinx reads them in parallel, one page per process; the default is the
+# CPUs this process may use, at most 4). Most of a smoke page's time is one core importing torch
+# and transformers, so two pages at once on two cores take about half as long; each kernel then
+# gets one torch thread (a caller's OMP_NUM_THREADS wins). RL_LAB_BOOK_JOBS=1: one page at a time,
+# with torch's spinning OpenMP threads, faster than rl_lab's passive default on otherwise idle
+# cores (BENCHMARKS.md, section 9).
+CALLER_OMP="${OMP_NUM_THREADS-unset}"
+JOBS="${RL_LAB_BOOK_JOBS:-$("$PY" -c 'import os; print(min(4, len(os.sched_getaffinity(0))))')}"
+[[ "$JOBS" =~ ^[1-9][0-9]*$ ]] || { echo "build_book: RL_LAB_BOOK_JOBS must be a positive integer, got '$JOBS'" >&2; exit 2; }
+if [[ "$JOBS" -gt 1 ]]; then
+  export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
+else
+  export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-ACTIVE}"
+fi
 unset MPLBACKEND                          # let the kernel use the inline backend so figures are captured
 
 # The HTML must load MathJax and the widget JS from _vendor/, never from a CDN.
@@ -68,7 +79,34 @@ echo "build_book: RL_LAB_PRESET=$RL_LAB_PRESET; jupyter-book $("$JB" --version 2
 # --all: re-read (hence re-execute) every page even if Sphinx thinks it is unchanged; otherwise
 # an incremental build would neither re-run labs after an rl_lab change nor re-emit their warnings.
 set +e
-"$JB" build . --all -W -n --keep-going "$@" 2>&1 | tee "$LOG"
+echo "build_book: $JOBS page(s) at a time${OMP_NUM_THREADS:+, OMP_NUM_THREADS=$OMP_NUM_THREADS}"
+# jupyter-book's CLI, with Sphinx's parallel jobs (its CLI has no option for them) and one page per
+# parallel task (Sphinx's default batches ~17 pages: the batch of labs would run alone at the end).
+RL_LAB_BOOK_JOBS="$JOBS" "$PY" - build . --all -W -n --keep-going "$@" 2>&1 <<'EOF' | tee "$LOG"
+import functools, os, sys
+import jupyter_book.sphinx
+import sphinx.builders
+
+jobs = int(os.environ["RL_LAB_BOOK_JOBS"])
+if jobs > 1:
+    jupyter_book.sphinx.build_sphinx = functools.partial(jupyter_book.sphinx.build_sphinx, jobs=jobs)
+    sphinx.builders.make_chunks = lambda arguments, nproc, maxbatch=10: [[a] for a in arguments]
+    # Two extensions jupyter-book loads declare nothing, so Sphinx would read serially: the section
+    # numbering across parts (it replaces what the main process runs after every page is read) and
+    # the LaTeX transforms (stateless, and they act only in a LaTeX build).
+    import importlib
+    def declare_parallel_safe(name):
+        module = importlib.import_module(name)
+        setup_extension = module.setup
+        def setup(app):
+            meta = setup_extension(app) or {}
+            return {**meta, "parallel_read_safe": True, "parallel_write_safe": True}
+        module.setup = setup
+    for name in ("sphinx_multitoc_numbering", "sphinx_jupyterbook_latex"):
+        declare_parallel_safe(name)
+from jupyter_book.cli.main import main
+main(sys.argv[1:], prog_name="jupyter-book")
+EOF
 rc=${PIPESTATUS[0]}
 set -e
 
@@ -88,5 +126,11 @@ fi
 
 # The labs this build executed, and a fingerprint of what they ran on: `make test` skips them
 # under nbval while nothing has changed (tools/lab_stamp.py).
-"$PY" tools/lab_stamp.py --record
+# (Under the caller's OMP_NUM_THREADS: `make test` compares the stamp with its own environment, and
+# its nbval kernels get one thread per process as the book's parallel kernels did.)
+if [[ "$CALLER_OMP" == unset ]]; then
+  env -u OMP_NUM_THREADS "$PY" tools/lab_stamp.py --record
+else
+  OMP_NUM_THREADS="$CALLER_OMP" "$PY" tools/lab_stamp.py --record
+fi
 echo "build_book: OK in $(elapsed)s -> _build/html/index.html"
