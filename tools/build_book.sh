@@ -80,33 +80,8 @@ echo "build_book: RL_LAB_PRESET=$RL_LAB_PRESET; jupyter-book $("$JB" --version 2
 # an incremental build would neither re-run labs after an rl_lab change nor re-emit their warnings.
 set +e
 echo "build_book: $JOBS page(s) at a time${OMP_NUM_THREADS:+, OMP_NUM_THREADS=$OMP_NUM_THREADS}"
-# jupyter-book's CLI, with Sphinx's parallel jobs (its CLI has no option for them) and one page per
-# parallel task (Sphinx's default batches ~17 pages: the batch of labs would run alone at the end).
-RL_LAB_BOOK_JOBS="$JOBS" "$PY" - build . --all -W -n --keep-going "$@" 2>&1 <<'EOF' | tee "$LOG"
-import functools, os, sys
-import jupyter_book.sphinx
-import sphinx.builders
-
-jobs = int(os.environ["RL_LAB_BOOK_JOBS"])
-if jobs > 1:
-    jupyter_book.sphinx.build_sphinx = functools.partial(jupyter_book.sphinx.build_sphinx, jobs=jobs)
-    sphinx.builders.make_chunks = lambda arguments, nproc, maxbatch=10: [[a] for a in arguments]
-    # Two extensions jupyter-book loads declare nothing, so Sphinx would read serially: the section
-    # numbering across parts (it replaces what the main process runs after every page is read) and
-    # the LaTeX transforms (stateless, and they act only in a LaTeX build).
-    import importlib
-    def declare_parallel_safe(name):
-        module = importlib.import_module(name)
-        setup_extension = module.setup
-        def setup(app):
-            meta = setup_extension(app) or {}
-            return {**meta, "parallel_read_safe": True, "parallel_write_safe": True}
-        module.setup = setup
-    for name in ("sphinx_multitoc_numbering", "sphinx_jupyterbook_latex"):
-        declare_parallel_safe(name)
-from jupyter_book.cli.main import main
-main(sys.argv[1:], prog_name="jupyter-book")
-EOF
+# jupyter-book, with Sphinx executing $JOBS pages at a time (tools/jupyter_book_parallel.py).
+RL_LAB_BOOK_JOBS="$JOBS" "$PY" tools/jupyter_book_parallel.py build . --all -W -n --keep-going "$@" 2>&1 | tee "$LOG"
 rc=${PIPESTATUS[0]}
 set -e
 
