@@ -241,3 +241,22 @@ def test_the_mode_and_guarantees_on_this_machine_are_reported():
         assert all(v for k, v in g.items() if k != "runs_as_other_user"), g
     if os.geteuid() == 0:             # root's code runs as nobody in either mode
         assert g["runs_as_other_user"], g
+
+
+def test_a_call_returns_only_when_its_process_group_has_exited():
+    """The wait behind "nothing the code starts survives the call": SIGKILL is delivered at once,
+    but the process takes a moment to exit; _await_group_exit returns when nothing of the group
+    runs, and a zombie (exited, not yet reaped) does not count as running."""
+    import signal
+    import subprocess as sp
+
+    from rl_lab.agents.python_tool import _await_group_exit, _group_alive
+    proc = sp.Popen(["sleep", "30"], start_new_session=True)
+    assert _group_alive(proc.pid)
+    os.killpg(proc.pid, signal.SIGKILL)
+    _await_group_exit(proc.pid)
+    assert not _group_alive(proc.pid)
+    state = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    assert state == "Z"                      # exited, left for its parent (this test) to reap
+    proc.wait()
+    assert not _group_alive(proc.pid)

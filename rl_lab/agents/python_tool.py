@@ -176,7 +176,46 @@ def _wait(pid: int, timeout_s: float) -> tuple[int, float, bool]:
         _kill_group(pid)
     _, status, usage = os.wait4(pid, 0)
     _kill_group(pid)                         # unsandboxed mode: whatever it left in its group
+    _await_group_exit(pid)
     return status, usage.ru_utime + usage.ru_stime, timed_out
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group `pgid` is still running (a zombie is not: it has exited and only
+    waits to be reaped)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False                         # the usual case: the group is empty
+    except PermissionError:
+        pass                                 # members this user may not signal: look at /proc
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        state, _ppid, group = stat[stat.rindex(b")") + 2:].split()[:3]
+        if state != b"Z" and int(group) == pgid:
+            return True
+    return False
+
+
+def _await_group_exit(pgid: int, limit_s: float = 10.0) -> None:
+    """SIGKILL is delivered at once but a process takes a moment to exit (the namespace's PID 1
+    first tears its namespace down, longer on a loaded machine): return only when nothing of the
+    call is running, so that nothing it started outlives the call.  Bounded: after `limit_s` it
+    gives up with a warning rather than hang the caller."""
+    deadline = time.monotonic() + limit_s
+    while _group_alive(pgid):
+        if time.monotonic() >= deadline:
+            warnings.warn(f"the Python tool's process group {pgid} was still running {limit_s:g} s after "
+                          "SIGKILL", RuntimeWarning, stacklevel=4)
+            return
+        _kill_group(pgid)
+        time.sleep(0.002)
 
 
 def _remove_tree(path: Path) -> None:
