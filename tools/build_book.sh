@@ -32,8 +32,9 @@ export TRANSFORMERS_OFFLINE=1
 export HF_DATASETS_OFFLINE=1
 export PYDEVD_DISABLE_FILE_VALIDATION=1   # silence ipykernel's debugger warning on stderr
 # Pages executed at once (Sphinx reads them in parallel, one page per process; the default is the
-# CPUs this process may use, at most 4). Most of a smoke page's time is one core importing torch
-# and transformers, so two pages at once on two cores take about half as long; each kernel then
+# CPUs this process may use, at most 4). Most of a smoke page's time is single-threaded Python (a
+# kernel starting, imports, tiny tensors), so two pages at once on two cores take about half as
+# long (BENCHMARKS.md, section 4); each kernel then
 # gets one torch thread (a caller's OMP_NUM_THREADS wins). RL_LAB_BOOK_JOBS=1: one page at a time,
 # with torch's spinning OpenMP threads, faster than rl_lab's passive default on otherwise idle
 # cores (BENCHMARKS.md, section 9).
