@@ -55,21 +55,6 @@ _EXPORTS = {
 
 __all__ = ["__version__", *_EXPORTS]
 
+from rl_lab._lazy import lazy_exports  # noqa: E402 - after the thread policy above
 
-def __getattr__(name: str):
-    import importlib
-
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    try:  # a submodule used as an attribute: rl_lab.trainer after `import rl_lab`
-        return importlib.import_module(f"{__name__}.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name != f"{__name__}.{name}":
-            raise
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__)

@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from rl_lab.correction_options import parse_is_threshold, parse_rs
 from rl_lab.errors import ConfigError
 
 PRESETS = ("smoke", "laptop", "gpu")
@@ -529,7 +530,6 @@ class RLConfig(_SamplingFields, _Validated):
                               f"<eos>); set max_completion_length >= {need}")
 
     def _validate_correction(self):
-        from rl_lab.corrections import parse_is_threshold, parse_rs   # local: corrections imports torch
         _check_choice(self, "rollout_is", ROLLOUT_IS)
         parse_is_threshold(self.rollout_is_threshold)
         if self.rollout_rs is not None:

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-from transformers.utils import logging as hf_logging
-from transformers import AutoModelForCausalLM, PreTrainedModel, Qwen2Config, Qwen2ForCausalLM
-
-from rl_lab.tokenizer import build_tokenizer, load_tokenizer
+# torch and transformers (5-10 s on a 2-core laptop) load in the functions that build or load a
+# model: the sizes, the warm starts' paths and `check_model_spec` (a sweep's plan, the command
+# line's checks) do not need them.
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, Qwen2Config
 
 CHECKPOINT_DIR = Path(__file__).parent / "checkpoints"
 
@@ -32,6 +34,9 @@ MODEL_SIZES: dict[str, dict] = {
 
 
 def model_config(size: str, vocab_size: int, max_position_embeddings: int = 128) -> Qwen2Config:
+    from transformers import Qwen2Config
+
+    from rl_lab.tokenizer import build_tokenizer
     if size not in MODEL_SIZES:
         raise ValueError(f"model size {size!r} is unknown; choose one of {list(MODEL_SIZES)} "
                          "or pass a path to a saved model")
@@ -48,6 +53,10 @@ def model_config(size: str, vocab_size: int, max_position_embeddings: int = 128)
 
 def build_model(size: str = "0.3M", seed: int = 0) -> tuple[PreTrainedModel, object]:
     """A randomly initialised Qwen2 causal LM of a size preset, and its tokenizer."""
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    from rl_lab.tokenizer import build_tokenizer
     tok = build_tokenizer()
     cfg = model_config(size, vocab_size=len(tok))
     with torch.random.fork_rng(devices=[]):
@@ -65,6 +74,7 @@ def num_parameters(model: torch.nn.Module, trainable_only: bool = False) -> int:
 @contextlib.contextmanager
 def quiet_hf_progress():
     """Hide transformers' per-load progress bars (noise in notebooks and logs)."""
+    from transformers.utils import logging as hf_logging
     was_enabled = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
@@ -74,9 +84,14 @@ def quiet_hf_progress():
             hf_logging.enable_progress_bar()
 
 
-def load_model(path: str | Path, dtype: torch.dtype = torch.float32):
+def load_model(path: str | Path, dtype: torch.dtype | None = None):
     """Load any Hugging Face causal LM saved with `save_pretrained` (a local folder or,
-    with network access, a hub id).  Never runs remote code."""
+    with network access, a hub id), in `dtype` (default float32).  Never runs remote code."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from rl_lab.tokenizer import load_tokenizer
+    dtype = torch.float32 if dtype is None else dtype
     with quiet_hf_progress():
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, trust_remote_code=False)
     local = Path(path)

@@ -1,4 +1,5 @@
-"""Small helpers: device choice, seeding, atomic file writes."""
+"""Small helpers: device choice, seeding, atomic file writes.  torch loads in the functions that
+use it, so the file helpers (a sweep's plan, reading metrics) do not pay for it."""
 from __future__ import annotations
 
 import json
@@ -8,14 +9,19 @@ import random
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 
 def pick_device(device: str = "auto") -> torch.device:
     """"auto": CUDA when present, else CPU (or what $RL_LAB_DEVICE says: the unit tests pin it to
     "cpu", where bitwise promises hold).  A GPU is used when there, never required."""
+    import torch
+
     if device == "auto":
         forced = os.environ.get("RL_LAB_DEVICE", "").strip()
         if forced and forced not in ("cpu", "cuda"):
@@ -35,6 +41,8 @@ def generator_on(device: torch.device | str, generator: torch.Generator | None) 
     sampler beside a CUDA trainer, or the reverse) samples with it."""
     if generator is None:
         return None
+    import torch
+
     device = torch.device(device)
     same_type = generator.device.type == device.type
     same_index = generator.device.index in (None, 0) and device.index in (None, 0) or generator.device.index == device.index
@@ -45,6 +53,8 @@ def generator_on(device: torch.device | str, generator: torch.Generator | None) 
 
 
 def seed_everything(seed: int) -> None:
+    import torch
+
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)

@@ -1,13 +1,16 @@
 """What loads without torch and transformers (5-10 s on a 2-core laptop): `import rl_lab` (a book
 page that reads result files pays only for what it uses), the command line's parser and
-`rl-lab diagnose` (a practitioner's log check), the statistics and the collapse toolkit."""
+`rl-lab diagnose` (a practitioner's log check), the statistics and the collapse toolkit, and a
+checked `RLConfig` for every task and a sweep's plan (`rl-lab sweep --dry-run`), so a bad
+`--set` fails at once."""
 import subprocess
 import sys
 
 import pytest
 
 LIGHT = ["rl_lab", "rl_lab.config", "rl_lab.tools.cli", "rl_lab.tools.diagnose", "rl_lab.tools.stats",
-         "rl_lab.toolkits.collapse", "rl_lab.integrations.verl"]
+         "rl_lab.toolkits.collapse", "rl_lab.integrations.verl", "rl_lab.tasks", "rl_lab.agents",
+         "rl_lab.correction_options", "rl_lab.utils", "rl_lab.models", "rl_lab.tools.sweep"]
 
 
 @pytest.mark.parametrize("module", LIGHT)
@@ -27,3 +30,22 @@ def test_the_public_names_still_load_on_first_use():
     missing = subprocess.run([sys.executable, "-c", "import rl_lab; rl_lab.no_such_name"],
                              capture_output=True, text=True, timeout=60)
     assert "AttributeError" in missing.stderr and "no_such_name" in missing.stderr
+
+
+def test_a_checked_config_for_every_task_loads_neither():
+    code = ("import sys; from rl_lab.config import RLConfig, get_preset; from rl_lab.tasks import TASKS\n"
+            "for name in TASKS:\n"
+            "    RLConfig(task=name, rollout_is='token', rollout_rs='seq_mean_k3,token_k1', rollout_rs_threshold='2,0.5_2')\n"
+            "get_preset('smoke', task='multiplication_tool', max_turns=2)\n"
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]", f"a checked RLConfig loads {out.stdout.strip()}"
+
+
+def test_the_agents_names_load_on_first_use():
+    code = ("import rl_lab.agents as a; print(a.calculator.__name__, a.ToolEnvironment.__name__, "
+            "a.ScriptedEngine.__name__, a.run_python.__name__, 'ScriptedEngine' in dir(a))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["calculator", "ToolEnvironment", "ScriptedEngine", "run_python", "True"]

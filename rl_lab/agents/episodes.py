@@ -33,11 +33,13 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from rl_lab.agents.registry import run_tool
 from rl_lab.agents.result import ToolResult
+
+if TYPE_CHECKING:   # the episode's tensors; torch itself loads when a batch is sampled, so that
+    import torch    # rl_lab.tasks, and so building an RLConfig, does not import it
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,8 @@ class Episodes:
         if not any(self.pending):
             return None
         is_env = [bool(p) for p in self.pending]
+        import torch
+
         tokens = [p.pop() if p else 0 for p in self.pending]
         return (torch.tensor(tokens, dtype=torch.long, device=device),
                 torch.tensor(is_env, dtype=torch.bool, device=device))
@@ -200,6 +204,8 @@ class Episodes:
     def ended_rows(self, device=None) -> torch.Tensor:
         """(B,) bool: the rows whose episode the environment ended (a failed call's output is
         written): the engine samples nothing more for them."""
+        import torch
+
         return torch.tensor(self.ended, dtype=torch.bool, device=device)
 
     def void_rows(self, has_eos: torch.Tensor) -> torch.Tensor:
@@ -208,6 +214,8 @@ class Episodes:
         an executed call, so this is the last turn: cut by the length limit (an episode cut while
         the tool's output was being appended is not void: its last model turn made a call), or
         ended by <eos> with neither a call nor an answer (`ToolEnvironment.is_final_answer`)."""
+        import torch
+
         cut, early = self._void_kinds(has_eos)
         return torch.tensor([c or e for c, e in zip(cut, early)], dtype=torch.bool, device=has_eos.device)
 
@@ -227,6 +235,8 @@ class Episodes:
     def finish(self, T: int, has_eos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict]:
         """(env_mask (B, T) bool, turn_ids (B, T) long, metrics) once sampling is over.  turn_ids
         is -1 where nothing was written (padding)."""
+        import torch
+
         env_mask = torch.zeros((self.B, T), dtype=torch.bool)
         turn_ids = torch.full((self.B, T), -1, dtype=torch.long)
         for b in range(self.B):

@@ -32,6 +32,7 @@ from typing import Any, Callable
 import yaml
 
 from rl_lab.config import RLConfig
+from rl_lab.correction_options import VERL_RS_OPTIONS
 from rl_lab.errors import ConfigError
 
 VERL_VERSION = "0.9.1"
@@ -295,7 +296,6 @@ def check_exportable(cfg: RLConfig) -> None:
         problems.append("RLConfig.policy_loss='reinforce' with bypass_mode=False: verl's REINFORCE loss exists "
                         "only in bypass mode; set bypass_mode=True or policy_loss='ppo_clip'")
     if cfg.rollout_rs is not None:
-        from rl_lab.corrections import VERL_RS_OPTIONS   # local: corrections imports torch
         bad = [o for o in cfg.rollout_rs.split(",") if o.strip() not in VERL_RS_OPTIONS]
         if bad:
             problems.append(f"RLConfig.rollout_rs={cfg.rollout_rs!r}: {bad} need the sampler's full distributions "
