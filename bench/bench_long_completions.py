@@ -10,6 +10,14 @@ step in one process, and each ratio is the median of the step-by-step ratios wit
     python bench/bench_long_completions.py --sizes 0.3M --lengths 16 128
     python bench/bench_long_completions.py --memory                 # peak memory per contender, T = 512
 
+Beside each contender's step time: its achieved model FLOP/s and their fraction of the step's
+roofline (bench_roofline.py: the step's products -- sampling's prefill and one-token decode steps,
+the trainer's forward and backward over every row -- each at the rate this machine sustains for
+its shape, measured in the same run right after the cell).  The FLOPs are the model's, the same
+for all three contenders (the plain computation; sharing the prompt is one way to need fewer), so
+FLOP/s compare like steps/s, and the fraction says how far each is from what the matrix products
+allow.
+
 Three more outputs:
 * where rl_lab's step time goes (sampling, rewards, the trainer's forward, backward, optimizer,
   corrections + advantages + loss + metrics), from timers around those calls in its own steps;
@@ -37,6 +45,7 @@ from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_rl_step as rl_step  # noqa: E402  (the contenders)
+import bench_roofline as roofline  # noqa: E402  (FLOPs and the shape-aware roofline)
 import torch  # noqa: E402
 
 import rl_lab.trainer as trainer_module  # noqa: E402
@@ -129,7 +138,19 @@ def run_cell(size: str, length: int, steps: int, workdir: str, with_trl: bool) -
             times = {k: [next(g) for _ in range(steps)] for k, g in others.items()}  # not interleaved
     phases = {k: statistics.median(s[k] for s in timers.steps[1:]) for k in PHASES}
     return {"size": size, "length": length, "rows": shape.rows, "tokens": shape.rows * length,
-            "times": times, "phases": phases}
+            "times": times, "phases": phases, **step_roofline(size, shape.rows, length)}
+
+
+def step_roofline(size: str, rows: int, length: int) -> dict:
+    """The cell's model FLOPs per step (sampling, train) and the step's roofline time in seconds."""
+    from rl_lab.models import model_config
+    from rl_lab.tokenizer import build_tokenizer
+    config = model_config(size, vocab_size=len(build_tokenizer()))
+    roofline.DEVICE = torch.device(rl_step.DEVICE)
+    prompt = roofline.PROMPT   # every 2-digit addition prompt ("59+17=") is 7 tokens
+    products = roofline.step_gemms(config, rows, prompt, length)
+    return {"flops": {k: sum(p[-1] for p in v) for k, v in products.items()},
+            "roofline": sum(roofline.roofline_time(v) for v in products.values())}
 
 
 def ratio(cell, num, den):
@@ -142,19 +163,26 @@ def ratio(cell, num, den):
 
 
 def print_cells(cells, names):
-    print(f"\n{'model':>5} {'T':>4} {'rows':>4} {'tokens':>6} | "
-          + " | ".join(f"{n:>9} s" for n in names)
+    print("\nper contender: median step time, achieved model GFLOP/s (the step's FLOPs / its time) and "
+          "their fraction of the step's roofline")
+    print(f"{'model':>5} {'T':>4} {'rows':>4} {'tokens':>6} {'GFLOP':>7} {'roofline':>8} | "
+          + " | ".join(f"{n + ' s, GFLOP/s (of roof)':>27}" for n in names)
           + (" | rl_lab/TRL steps/s (quartiles)" if "TRL" in names else "") + " | rl_lab/plain time (quartiles)")
     for c in cells:
         med = {n: statistics.median(c["times"][n][1:]) for n in names}
-        row = f"{c['size']:>5} {c['length']:>4} {c['rows']:>4} {c['tokens']:>6} | "
-        row += " | ".join(f"{med[n]:>11.3f}" for n in names)
+        flops = sum(c["flops"].values())
+        row = f"{c['size']:>5} {c['length']:>4} {c['rows']:>4} {c['tokens']:>6} {flops / 1e9:7.2f} {c['roofline']:7.3f}s | "
+        row += " | ".join(f"{med[n]:>10.3f} s {flops / med[n] / 1e9:7.1f} ({c['roofline'] / med[n]:4.0%})"
+                          for n in names)
         if "TRL" in names:
             m, lo, hi = ratio(c, "TRL", "rl_lab")
-            row += f" | {m:5.2f}x ({lo:.2f}-{hi:.2f})            "
+            row += f" | {m:5.2f}x ({lo:.2f}-{hi:.2f})" + " " * 11
         m, lo, hi = ratio(c, "rl_lab", "plain")
         row += f" | {m:5.2f}x ({lo:.2f}-{hi:.2f})"
         print(row)
+    print("\nmodel GFLOP per step: " + "; ".join(
+        f"{c['size']} T={c['length']} sampling {c['flops']['sampling'] / 1e9:.2f} + train {c['flops']['train'] / 1e9:.2f}"
+        for c in cells))
     print("\nrl_lab's step, median seconds per phase (share of the step):")
     print(f"{'model':>5} {'T':>4} | " + " | ".join(f"{p:>15}" for p in PHASES))
     for c in cells:

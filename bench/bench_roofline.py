@@ -21,6 +21,10 @@ For each cell of section 5's grid (model 0.3M / 3M / 30M x completion length T) 
     python bench/bench_roofline.py --sizes 0.3M --lengths 16 128 --reps 3
     python bench/bench_roofline.py --levers                # + the speed levers, side by side
 
+`step_gemms` adds sampling's products (the prompt's prefill, then one-token decode steps on the
+cache; `sampling_gemms`, equal to FlopCounterMode's count of `generate`'s linear layers) to the
+training pass's, for bench_long_completions.py's FLOP/s beside its ratios.
+
 `--decode` times the static decoder's one-token step (the sampler's inner loop) eager against
 torch.compile, alternating.
 
@@ -66,6 +70,39 @@ def gemms(config, rows: int, prompt: int, length: int) -> list[tuple[str, int, i
     out.append(("values", rows * H, S, S, dh, 2.0 * rows * H * S * S * dh * L / 2))
     out.append(("lm_head", 1, rows * (length + 1), d, V, 2.0 * rows * (length + 1) * d * V))
     return out
+
+
+def sampling_gemms(config, rows: int, prompt: int, length: int) -> list[tuple[str, int, int, int, int, float]]:
+    """The products of sampling `length` tokens per row: the prompt's prefill (its last position's
+    logits give the first token), then length - 1 one-token decode steps, each attending to the
+    cache (S = prompt + t keys at step t).  The decode steps' linear products have one shape (rows
+    x K by K x N) and are listed once with their summed FLOPs; their attention is listed at the
+    mean cache length, with the exact FLOPs of all steps."""
+    out = [(f"prefill_{name}", *rest) for name, *rest in gemms(config, rows, prompt, 0)]
+    steps = length - 1
+    if steps <= 0:
+        return out
+    d, L = config.hidden_size, config.num_hidden_layers
+    H, kv = config.num_attention_heads, config.num_key_value_heads
+    dh, ff, V = d // H, config.intermediate_size, config.vocab_size
+    for name, k, n in (("q", d, H * dh), ("k", d, kv * dh), ("v", d, kv * dh), ("o", H * dh, d),
+                       ("gate", d, ff), ("up", d, ff), ("down", ff, d)):
+        out.append((f"decode_{name}", 1, rows, k, n, 2.0 * rows * k * n * L * steps))
+    keys = sum(prompt + t for t in range(1, steps + 1))                # summed over the decode steps
+    mean_s = max(1, round(keys / steps))
+    out.append(("decode_scores", rows * H, 1, dh, mean_s, 2.0 * rows * H * dh * keys * L))
+    out.append(("decode_values", rows * H, 1, mean_s, dh, 2.0 * rows * H * dh * keys * L))
+    out.append(("decode_lm_head", 1, rows, d, V, 2.0 * rows * d * V * steps))
+    return out
+
+
+def step_gemms(config, rows: int, prompt: int, length: int) -> dict[str, list]:
+    """The model FLOPs of one RL step, as products: sampling, then the trainer's forward and
+    backward over every row (the plain computation; sharing the prompt, as rl_lab does, is a way
+    to need fewer).  The optimizer's update (a few elementwise passes over the parameters, under
+    0.1% of these) is left out."""
+    fwd = gemms(config, rows, prompt, length)
+    return {"sampling": sampling_gemms(config, rows, prompt, length), "train": fwd + backward_gemms(fwd)}
 
 
 def backward_gemms(forward):

@@ -1,7 +1,7 @@
 """The long-completion and sweep benchmarks run (no timing is checked here: benchmarks print
 ratios, tests only keep the scripts working): a forced length really forces it for every
-contender, rl_lab's phase timers add up to its step, and the sweep benchmark's cell is a valid
-stability-map run."""
+contender, rl_lab's phase timers add up to its step, the FLOPs the roofline counts are torch's
+count, and the sweep benchmark's cell is a valid stability-map run."""
 import importlib.util
 import sys
 from pathlib import Path
@@ -48,6 +48,7 @@ def test_long_completion_benchmark_runs_and_its_phases_add_up(capsys, monkeypatc
     bench.main()
     out = capsys.readouterr().out
     assert "rl_lab/plain time" in out and "fitted exponent" in out and "rl_lab/TRL" not in out
+    assert "GFLOP/s (of roof)" in out and "model GFLOP per step" in out
     timers = bench.PhaseTimers()
     timed_sum = timers.wrap("forward", lambda: sum(range(1000)))
     with timers.step():
@@ -84,3 +85,25 @@ def test_the_roofline_counts_what_torch_counts(capsys, monkeypatch):
     bench.main()
     out = capsys.readouterr().out
     assert "1.000x" in out and "of roof" in out and "no_mask" in out
+
+
+def test_the_sampling_flops_are_what_torch_counts_in_generate():
+    """bench_roofline.sampling_gemms (a prefill, then length - 1 one-token steps on the cache)
+    counts the linear layers' FLOPs of Hugging Face's `generate` exactly, as FlopCounterMode
+    counts them; a step's FLOPs are sampling's plus the training pass's."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+    bench = load("bench_roofline")
+    model, (ids, mask, _) = bench.batch("0.3M", 4)
+    for length in (1, 5):
+        with torch.no_grad(), FlopCounterMode(display=False) as fc:
+            out = model.generate(input_ids=ids, attention_mask=mask, min_new_tokens=length,
+                                 max_new_tokens=length, do_sample=False)
+        assert out.shape[1] == ids.shape[1] + length
+        products = bench.sampling_gemms(model.config, ids.shape[0], ids.shape[1], length)
+        linear = sum(p[-1] for p in products if not p[0].endswith(("scores", "values")))
+        assert linear == pytest.approx(fc.get_total_flops(), rel=1e-9)
+    step = bench.step_gemms(model.config, ids.shape[0], ids.shape[1], 5)
+    fwd = bench.gemms(model.config, ids.shape[0], ids.shape[1], 5)
+    assert sum(p[-1] for p in step["train"]) == pytest.approx(3 * sum(p[-1] for p in fwd))
+    assert step["sampling"] == bench.sampling_gemms(model.config, ids.shape[0], ids.shape[1], 5)
