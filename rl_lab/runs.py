@@ -19,7 +19,6 @@ import re
 import shutil
 from pathlib import Path
 
-import torch
 import yaml
 
 from rl_lab.config import RLConfig
@@ -82,6 +81,8 @@ def load_checkpoint(path: str | Path, model, device) -> dict:
     if unexpected or any("lm_head" not in k for k in missing):  # lm_head is tied
         raise RuntimeError(f"checkpoint {path} does not match the model: "
                            f"missing {missing}, unexpected {unexpected}")
+    import torch   # here, not at the top: the command line checks a run folder before loading torch
+
     return torch.load(path / STATE, map_location=device, weights_only=True)
 
 
@@ -205,6 +206,8 @@ class RunFolder:
         with quiet_hf_progress():
             model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
+        import torch
+
         torch.save(state, tmp / STATE)
         atomic_replace_dir(tmp, final)
         atomic_write_text(self.path / LATEST, final.name + "\n")

@@ -10,7 +10,7 @@ import pytest
 
 LIGHT = ["rl_lab", "rl_lab.config", "rl_lab.tools.cli", "rl_lab.tools.diagnose", "rl_lab.tools.stats",
          "rl_lab.toolkits.collapse", "rl_lab.integrations.verl", "rl_lab.tasks", "rl_lab.agents",
-         "rl_lab.correction_options", "rl_lab.utils", "rl_lab.models", "rl_lab.tools.sweep"]
+         "rl_lab.correction_options", "rl_lab.utils", "rl_lab.models", "rl_lab.runs", "rl_lab.tools.sweep"]
 
 
 @pytest.mark.parametrize("module", LIGHT)
@@ -49,3 +49,18 @@ def test_the_agents_names_load_on_first_use():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["calculator", "ToolEnvironment", "ScriptedEngine", "run_python", "True"]
+
+
+def test_a_bad_training_command_fails_before_torch_loads(tmp_path):
+    """`rl-lab train` checks the config, the model spec and the run folder first: a mistake is
+    reported without loading torch or transformers."""
+    taken = tmp_path / "run"
+    taken.mkdir()
+    (taken / "metrics.jsonl").write_text('{"step": 1}\n')
+    for argv in (["--set", "learning_rate=-1"], ["--set", "model=no/such/model"], ["--out", str(taken)]):
+        code = ("import sys; from rl_lab.tools.cli import main\n"
+                f"rc = main(['train', '--task', 'addition', *{argv!r}])\n"
+                "print(rc, sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert out.stdout.strip().endswith("[]"), (argv, out.stdout, out.stderr[-2000:])
+        assert not out.stdout.startswith("0 "), (argv, out.stdout)

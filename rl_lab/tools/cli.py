@@ -81,7 +81,6 @@ def resume_config(args):
 
 def cmd_train(args) -> int:
     from rl_lab.runs import RunFolder, check_resume_overwrite
-    from rl_lab.trainer import Trainer, first_last_fifth
 
     check_resume_overwrite(args.resume, args.overwrite, args.out)
     if args.resume and args.out and RunFolder(args.out).config_path.exists():
@@ -90,6 +89,8 @@ def cmd_train(args) -> int:
         cfg = build_config(args)
     if cfg.output_dir and not args.resume and not args.overwrite:
         RunFolder(cfg.output_dir).refuse_if_taken()   # before the model is built (Trainer.train checks too)
+    from rl_lab.trainer import Trainer, first_last_fifth   # torch and transformers: after the checks
+
     trainer = Trainer(cfg)
     resumed = trainer.resume() if args.resume else False
     if args.resume and not resumed:
