@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from rl_lab.correction_options import parse_is_threshold, parse_rs
+from rl_lab.correction_options import IS_LEVELS, parse_is_threshold, parse_rs
 from rl_lab.errors import ConfigError
 
 PRESETS = ("smoke", "laptop", "gpu")
@@ -27,7 +27,7 @@ SCALE_REWARDS = ("group", "batch", "none")
 EMPG_NORMALIZE = ("sum", "scaled_advantage", "none")
 ADV_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline",
                   "optimal_token_baseline", "trloo", "grpo_per_turn")
-ROLLOUT_IS = (None, "token", "sequence")
+ROLLOUT_IS = (None, *IS_LEVELS)
 SAMPLER_QUANTIZATION = (None, "int8")
 SCHEDULERS = ("constant", "linear", "cosine", "length_triggered")
 

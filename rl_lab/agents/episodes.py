@@ -134,11 +134,11 @@ class Episodes:
 
     def next_tokens(self, device):
         """(tokens (B,) long, is_env (B,) bool) of the environment's next tokens, or None."""
+        import torch
+
         if not any(self.pending):
             return None
         is_env = [bool(p) for p in self.pending]
-        import torch
-
         tokens = [p.pop() if p else 0 for p in self.pending]
         return (torch.tensor(tokens, dtype=torch.long, device=device),
                 torch.tensor(is_env, dtype=torch.bool, device=device))
