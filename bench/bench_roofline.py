@@ -31,7 +31,15 @@ torch.compile, alternating.
 `--levers` times, in the same run and alternating repetition by repetition, the default path
 against each candidate of issue 32 alone (ratios < 1 are faster): `compile` (torch.compile of the
 model, inductor; its compile time printed apart), `no_mask` (no attention mask when no row is
-padded, so SDPA takes its causal path).  Batches as in bench_long_completions.py (BATCH).
+padded, so SDPA takes its causal path), and a hand-written forward of the same model (`LeanForward`):
+`lean` (Hugging Face's operations in Hugging Face's order, without its modules, mask builder,
+keyword plumbing and output classes: the same numbers), and on top of it one change each:
+`fused_norm` (torch's one-op `F.rms_norm`), `roll_rotary` (the rotary embedding as one roll with
+the sign folded into the sine table, as the static decoder does), `stacked` (q/k/v and gate/up as
+one product each, the weights concatenated every pass), `kept_norm` (the final RMSNorm on the
+T + 1 positions whose logits are kept, not on every position before dropping the prompt's;
+the same values, but its weight's gradient sums fewer rows, so not the same bits).  Each lever's
+row says whether its logits and gradients equal the default's bit for bit.  Batches as in bench_long_completions.py (BATCH).
 """
 from __future__ import annotations
 
@@ -51,6 +59,7 @@ SIZES = ("0.3M", "3M", "30M")
 BATCH = {"0.3M": (8, 8), "3M": (8, 8), "30M": (2, 8), "0.5B": (8, 8)}   # prompts x generations, as benchmark 5
 DEVICE, DTYPE = torch.device("cpu"), torch.float32            # --device, --dtype
 PROMPT = 7                                                  # the addition task's prompt tokens
+LEVERS = ("compile", "no_mask", "lean", "fused_norm", "roll_rotary", "stacked", "kept_norm")
 
 
 # --------------------------------------------------------------------------- FLOPs from the shapes
@@ -177,8 +186,74 @@ def batch(size: str, length: int, seed: int = 0):
     return model, (enc["input_ids"].to(DEVICE), enc["attention_mask"].to(DEVICE), completion.to(DEVICE))
 
 
-def train_pass(model, inputs, no_mask: bool = False):
-    """The trainer's forward (sequence_logprobs, with entropy) and a backward through its log-probs."""
+class LeanForward:
+    """The model's forward written out by hand (Qwen2 layout), called as the trainer calls the model
+    for its plain forward: `(input_ids, attention_mask, position_ids, logits_to_keep).logits`.
+    With no option it runs Hugging Face's operations in Hugging Face's order (the same numbers);
+    each option changes one thing (the `--levers` of the same names)."""
+
+    OPTIONS = ("fused_norm", "roll_rotary", "stacked", "kept_norm")
+
+    def __init__(self, model, *options: str):
+        self.model, self.options = model, set(options)
+
+    def norm(self, x, weight, eps):
+        if "fused_norm" in self.options:
+            return torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, eps)
+        x32 = x.float()
+        return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+    def __call__(self, input_ids, attention_mask, position_ids, logits_to_keep: int):
+        import types
+        F = torch.nn.functional
+        core, cfg = self.model.model, self.model.config
+        B, S = input_ids.shape
+        H, Hkv = cfg.num_attention_heads, cfg.num_key_value_heads
+        D, G, eps = cfg.hidden_size // H, H // Hkv, core.norm.variance_epsilon
+        h = core.embed_tokens(input_ids)                                             # (B, S, E)
+        cos, sin = (t[:, None] for t in core.rotary_emb(h, position_ids))            # (B, 1, S, D)
+        sin_signed = torch.cat([-sin[..., : D // 2], sin[..., D // 2:]], -1)
+        mask = None                                    # no padded row: SDPA's causal path, as HF
+        if not bool(attention_mask.all()):             # (B, 1, S, S) bool: causal and not padding
+            causal = torch.ones(S, S, dtype=torch.bool, device=h.device).tril()
+            mask = (causal[None] & attention_mask.bool()[:, None, :])[:, None]
+        for layer in core.layers:
+            a, m = layer.self_attn, layer.mlp
+            x = self.norm(h, layer.input_layernorm.weight, eps)                      # (B, S, E)
+            if "stacked" in self.options:
+                qkv = F.linear(x, torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight]),
+                               torch.cat([a.q_proj.bias, a.k_proj.bias, a.v_proj.bias]))
+                q, k, v = qkv.view(B, S, -1, D).transpose(1, 2).split([H, Hkv, Hkv], 1)
+            else:
+                q, k, v = (F.linear(x, p.weight, p.bias).view(B, S, -1, D).transpose(1, 2)
+                           for p in (a.q_proj, a.k_proj, a.v_proj))                  # (B, H|Hkv, S, D)
+            if "roll_rotary" in self.options:
+                q, k = (t * cos + t.roll(D // 2, -1) * sin_signed for t in (q, k))
+            else:
+                q, k = (t * cos + torch.cat((-t[..., D // 2:], t[..., : D // 2]), -1) * sin for t in (q, k))
+            if mask is None:
+                o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=a.scaling,
+                                                   enable_gqa=G > 1)
+            else:                                      # HF repeats the key/value heads under a mask
+                k, v = (t[:, :, None].expand(B, Hkv, G, S, D).reshape(B, H, S, D) for t in (k, v))
+                o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=a.scaling)
+            h = h + F.linear(o.transpose(1, 2).contiguous().reshape(B, S, -1), a.o_proj.weight, a.o_proj.bias)
+            x = self.norm(h, layer.post_attention_layernorm.weight, eps)
+            if "stacked" in self.options:
+                gate, up = F.linear(x, torch.cat([m.gate_proj.weight, m.up_proj.weight])).chunk(2, -1)
+            else:
+                gate, up = F.linear(x, m.gate_proj.weight), F.linear(x, m.up_proj.weight)
+            h = h + F.linear(m.act_fn(gate) * up, m.down_proj.weight)                 # (B, S, E)
+        if "kept_norm" in self.options:                # the final norm on the kept positions only
+            h = self.norm(h[:, -logits_to_keep:], core.norm.weight, eps)
+        else:                                          # HF: every position, then the kept ones
+            h = self.norm(h, core.norm.weight, eps)[:, -logits_to_keep:]
+        return types.SimpleNamespace(logits=self.model.lm_head(h))                   # (B, keep, V)
+
+
+def train_pass(model, inputs, no_mask: bool = False, with_grads: bool = False):
+    """The trainer's forward (sequence_logprobs, with entropy) and a backward through its log-probs.
+    `model` may be a `LeanForward`; with_grads: return (log-probs, the parameters' gradients)."""
     from rl_lab.algos.grpo import sequence_logprobs
     prompt_ids, prompt_mask, completion = inputs
     if no_mask and bool(prompt_mask.all()):    # no row padded: no mask, so SDPA takes its causal path
@@ -192,7 +267,10 @@ def train_pass(model, inputs, no_mask: bool = False):
         logp, _ = sequence_logprobs(model, prompt_ids, prompt_mask, completion, with_entropy=True,
                                     share_prefix=False)
     logp.sum().backward()
-    model.zero_grad(set_to_none=True)
+    module = model.model if isinstance(model, LeanForward) else model
+    grads = [p.grad.clone() for p in module.parameters()] if with_grads else None
+    module.zero_grad(set_to_none=True)
+    return (logp.detach(), grads) if with_grads else None
 
 
 def counted_flops(model, inputs) -> float:
@@ -213,14 +291,14 @@ def main():
     ap.add_argument("--device", default="cpu", help="cpu or cuda (bench/gpu_bench.sh)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--levers", nargs="*", default=None, metavar="LEVER",
-                    help="time levers side by side with the default (no names: compile no_mask)")
+                    help=f"time levers side by side with the default, from {LEVERS} (no names: all)")
     ap.add_argument("--decode", action="store_true", help="also the static decoder's step under torch.compile")
     args = ap.parse_args()
     global DEVICE, DTYPE
     DEVICE, DTYPE = torch.device(args.device), getattr(torch, args.dtype)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    levers = None if args.levers is None else (args.levers or ["compile", "no_mask"])
+    levers = None if args.levers is None else (args.levers or list(LEVERS))
     peak = square_peak()
     where = (torch.cuda.get_device_name(0) if DEVICE.type == "cuda"
              else f"{args.threads} threads, CPU {torch.backends.cpu.get_cpu_capability()}")
@@ -256,7 +334,8 @@ def main():
         print("\nlevers: time / default's time, median of alternating repetitions (quartiles); "
               "compile's first call apart")
         for size, length, ratios, first in lever_rows:
-            cells = ", ".join(f"{k} {m:.2f}x ({lo:.2f}-{hi:.2f})" for k, (m, lo, hi) in ratios.items())
+            cells = ", ".join(f"{k} {m:.2f}x ({lo:.2f}-{hi:.2f}{'' if same else ', not bitwise'})"
+                              for k, (m, lo, hi, same) in ratios.items())
             extra = f"; compile's first call {first:.1f} s" if first is not None else ""
             print(f"  {size:>5} T={length:<4} {cells}{extra}")
 
@@ -276,10 +355,15 @@ def compare_levers(model, inputs, names, reps):
             runs[name] = (compiled, False)
         elif name == "no_mask":
             runs[name] = (model, True)
+        elif name == "lean" or name in LeanForward.OPTIONS:
+            runs[name] = (LeanForward(model, *([] if name == "lean" else [name])), False)
         else:
-            raise SystemExit(f"unknown lever {name!r}: choose compile or no_mask")
-    for m, no_mask in runs.values():
-        train_pass(m, inputs, no_mask)
+            raise SystemExit(f"unknown lever {name!r}: choose from {LEVERS}")
+    exact = {}
+    logp, grads = train_pass(model, inputs, with_grads=True)
+    for k, (m, no_mask) in runs.items():      # the warm-up, and is it the default's numbers exactly?
+        lp, g = train_pass(m, inputs, no_mask, with_grads=True)
+        exact[k] = torch.equal(lp, logp) and all(torch.equal(a, b) for a, b in zip(g, grads))
     times = {k: [] for k in runs}
     for _ in range(reps):
         for k, (m, no_mask) in runs.items():
@@ -291,7 +375,7 @@ def compare_levers(model, inputs, names, reps):
     for k in names:
         r = [a / b for a, b in zip(times[k], times["default"])]
         q = statistics.quantiles(r, n=4, method="inclusive") if len(r) > 1 else [r[0], r[0], r[0]]
-        ratios[k] = (statistics.median(r), q[0], q[2])
+        ratios[k] = (statistics.median(r), q[0], q[2], exact[k])
     return ratios, first
 
 

@@ -107,3 +107,26 @@ def test_the_sampling_flops_are_what_torch_counts_in_generate():
     fwd = bench.gemms(model.config, ids.shape[0], ids.shape[1], 5)
     assert sum(p[-1] for p in step["train"]) == pytest.approx(3 * sum(p[-1] for p in fwd))
     assert step["sampling"] == bench.sampling_gemms(model.config, ids.shape[0], ids.shape[1], 5)
+
+
+def test_the_hand_written_forward_is_the_models_and_each_lever_changes_one_thing():
+    """bench_roofline.LeanForward with no option computes what the Hugging Face forward computes
+    (logits and every parameter's gradient, padded rows or none); each option keeps the values
+    (it changes how they are computed, not what), and an unknown lever is refused."""
+    import torch
+    bench = load("bench_roofline")
+    model, (ids, mask, completion) = bench.batch("0.3M", 5)
+    padded = mask.clone()
+    padded[::3, :2] = 0                                   # left padding in a third of the rows
+    for prompt_mask in (mask, padded):
+        inputs = (ids, prompt_mask, completion)
+        logp, grads = bench.train_pass(model, inputs, with_grads=True)
+        for options in ((), *((o,) for o in bench.LeanForward.OPTIONS)):
+            lean = bench.LeanForward(model, *options)
+            lp, g = bench.train_pass(lean, inputs, with_grads=True)
+            tol = 1e-6 if not options else 1e-5
+            torch.testing.assert_close(lp, logp, rtol=0, atol=tol)
+            for a, b in zip(g, grads):
+                torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+    with pytest.raises(SystemExit, match="unknown lever"):
+        bench.compare_levers(model, (ids, mask, completion), ["fused_everything"], reps=1)
