@@ -26,7 +26,9 @@ cache; `sampling_gemms`, equal to FlopCounterMode's count of `generate`'s linear
 training pass's, for bench_long_completions.py's FLOP/s beside its ratios.
 
 `--decode` times the static decoder's one-token step (the sampler's inner loop) eager against
-torch.compile, alternating.
+torch.compile, alternating.  `--memory` times the same step against its matrix products alone and
+against a plain read of its weights (`decode_memory`): a step that takes about as long as reading
+its weights is bound by memory, not arithmetic or overhead.
 
 `--levers` times, in the same run and alternating repetition by repetition, the default path
 against each candidate of issue 32 alone (ratios < 1 are faster): `compile` (torch.compile of the
@@ -293,6 +295,8 @@ def main():
     ap.add_argument("--levers", nargs="*", default=None, metavar="LEVER",
                     help=f"time levers side by side with the default, from {LEVERS} (no names: all)")
     ap.add_argument("--decode", action="store_true", help="also the static decoder's step under torch.compile")
+    ap.add_argument("--memory", action="store_true",
+                    help="also the decode step against the time to read its weights from memory")
     args = ap.parse_args()
     global DEVICE, DTYPE
     DEVICE, DTYPE = torch.device(args.device), getattr(torch, args.dtype)
@@ -330,6 +334,16 @@ def main():
             eager, r, first, diff = compare_decode(size, rows)
             print(f"  {size:>5} {rows} rows: eager {eager * 1e3:.2f} ms/step, compiled {r:.2f}x, "
                   f"first call {first:.1f} s, max |logit difference| {diff:.1e}")
+    if args.memory:
+        print("\nthe static decoder's step against reading its weights (medians of alternating repetitions):")
+        for size in args.sizes:
+            rows = BATCH[size][0] * BATCH[size][1]
+            m = decode_memory(size, rows, reps=max(3, args.reps))
+            print(f"  {size:>5} {rows} rows, {m['bytes'] / 1e6:.1f} MB of weights: step {m['step'] * 1e3:.2f} ms; "
+                  f"its products alone {m['linear'] * 1e3:.2f} ms, weight @ rows^T {m['weights_first'] * 1e3:.2f} ms, "
+                  f"input-major {m['input_major'] * 1e3:.2f} ms; "
+                  f"reading the weights {m['read'] * 1e3:.2f} ms ({m['bytes'] / m['read'] / 1e9:.1f} GB/s): "
+                  f"the step at {m['read'] / m['step']:.0%} of the read's rate")
     if lever_rows:
         print("\nlevers: time / default's time, median of alternating repetitions (quartiles); "
               "compile's first call apart")
@@ -414,6 +428,53 @@ def compare_decode(size: str, rows: int, reps: int = 7, calls: int = 20) -> tupl
                 times[name].append((time.perf_counter() - t) / calls)
     ratio = statistics.median(c / e for c, e in zip(times["compiled"], times["eager"]))
     return statistics.median(times["eager"]), ratio, first, diff
+
+
+def decode_memory(size: str, rows: int, reps: int = 5, calls: int = 10) -> dict[str, float]:
+    """A one-token decode step reads every weight once for `rows` tokens: is it bound by memory?
+    Times, alternating, per call: the static decoder's step (57 tokens into its cache, in the order
+    of products it chooses: `fast_decode.WEIGHTS_FIRST_BYTES`), its matrix products alone in
+    F.linear's order (rows @ weight^T, each weight matrix in turn), the same products as
+    weight @ rows^T (`weights_first`), and with each weight stored input-major ((in, out)
+    contiguous, rows @ W), and a plain read of those weights (a sum over each: the memory's rate,
+    no arithmetic to speak of).  Seconds, and the bytes read."""
+    from rl_lab.engines import fast_decode
+    from rl_lab.models import build_model
+    model, _ = build_model(size, seed=0)
+    dec = fast_decode.StaticDecoder(model.to(DEVICE, DTYPE), rows, 128)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(4, model.config.vocab_size, (rows, PROMPT), generator=g).to(DEVICE)
+    dec.prefill(ids, torch.ones_like(ids), torch.arange(PROMPT, device=DEVICE)[None].repeat(rows, 1))
+    for _ in range(50):
+        dec.step(torch.randint(4, model.config.vocab_size, (rows,), generator=g).to(DEVICE),
+                 torch.full((rows,), dec.length, device=DEVICE))
+    w = dec.weights
+    args = (w, dec.k, dec.v, dec.key_ok[:, :64], dec.indices[dec.length],
+            torch.randint(4, model.config.vocab_size, (rows,), generator=g).to(DEVICE),
+            torch.full((rows,), dec.length, device=DEVICE))
+    mats = [m for layer in w.layers for m in (layer.qkv_weight, layer.o_weight, layer.gate_up_weight,
+                                              layer.down_weight)] + [w.lm_head]    # (out, in) each
+    xs = {m.shape[1]: torch.randn(rows, m.shape[1], device=DEVICE, dtype=DTYPE) for m in mats}   # (B, in)
+    major = [m.t().contiguous() for m in mats]                                       # (in, out) each
+    runs = {"step": lambda: fast_decode.decode_step(*args),
+            "linear": lambda: [torch.nn.functional.linear(xs[m.shape[1]], m) for m in mats],
+            "weights_first": lambda: [torch.mm(m, xs[m.shape[1]].t()) for m in mats],
+            "input_major": lambda: [torch.mm(xs[m.shape[0]], m) for m in major],
+            "read": lambda: [m.sum() for m in mats]}
+    times = {k: [] for k in runs}
+    with torch.no_grad():
+        for fn in runs.values():
+            fn()
+        for _ in range(reps):
+            for k, fn in runs.items():
+                t = time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                sync()
+                times[k].append((time.perf_counter() - t) / calls)
+    out = {k: statistics.median(v) for k, v in times.items()}
+    out["bytes"] = float(sum(m.numel() * m.element_size() for m in mats))
+    return out
 
 
 if __name__ == "__main__":

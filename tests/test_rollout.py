@@ -116,13 +116,23 @@ def test_bad_dtype_is_rejected(tiny):
         HFEngine(*tiny, dtype="int8")
 
 
+@pytest.fixture(params=[False, True], ids=["rows_first", "weights_first"])
+def weights_first(request, monkeypatch):
+    """The decode step's products in both orders: rows @ weight^T (F.linear, the tiny models'), and
+    weight @ rows^T (`fast_decode.WEIGHTS_FIRST_BYTES`: models whose weights stream from memory)."""
+    import rl_lab.engines.fast_decode as fd
+    monkeypatch.setattr(fd, "WEIGHTS_FIRST_BYTES", 0 if request.param else 2**62)
+    return request.param
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_static_decoder_equals_the_hugging_face_forward(fresh_tiny, dtype):
+def test_static_decoder_equals_the_hugging_face_forward(fresh_tiny, dtype, weights_first):
     """The fast path (rl_lab.engines.fast_decode) samples the same tokens with the same log-probs as
     the Hugging Face forward with its dynamic cache, with left-padded prompts of unequal length."""
-    from rl_lab.engines.fast_decode import supports
+    from rl_lab.engines.fast_decode import read_weights, supports
 
     model, tok = fresh_tiny
+    assert read_weights(model, 8).weights_first == weights_first
     e = HFEngine(model, tok, dtype=dtype)
     assert supports(e.model) and e.fast
     fast = _gen(e, seed=3, temperature=0.9)
@@ -150,7 +160,7 @@ def _tiny_llama(tok, **config):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_static_decoder_equals_the_hugging_face_forward_on_llama_with_biases(fresh_tiny, dtype):
+def test_static_decoder_equals_the_hugging_face_forward_on_llama_with_biases(fresh_tiny, dtype, weights_first):
     """A Llama with attention and MLP biases, untied embeddings: every weight the decoder reads."""
     from rl_lab.engines.fast_decode import supports
 

@@ -35,6 +35,14 @@ KEY_BLOCK = 64
 change only once per block.  Masked positions add exp(-inf) = 0, so the block size changes the
 log-probs only in float rounding (tests/test_rollout.py)."""
 
+WEIGHTS_FIRST_BYTES = 32 * 2**20
+"""On a CPU, a decode step of a model whose layers hold at least this many bytes multiplies
+weight @ rows^T instead of rows @ weight^T (F.linear): the same products (on the machine measured
+the same bits, for a batch of rows; across machines not promised), but for a few rows and weights
+read from memory rather than cache the matrix library runs the first 2-3x faster (16 rows by the
+30M model's 512 x 2048 weights; BENCHMARKS.md section 10).  Below it (the weights in cache, as for
+the 0.3M and 3M models) the two orders take the same time, and the tiny models keep F.linear's."""
+
 
 def supports(model) -> bool:
     """Qwen2/Llama layout (pre-norm blocks, rotary, GQA), no sliding window, no rope scaling
@@ -81,6 +89,7 @@ class Weights(NamedTuple):
     eps: float
     scale: float
     act: Callable
+    weights_first: bool = False   # a decode step multiplies weight @ rows^T (`_linear`)
 
 
 def rms_norm(x, weight, eps: float):
@@ -125,9 +134,11 @@ def read_weights(model, max_len: int) -> Weights:
     sin_signed = torch.cat([-sin[0, :, : D // 2], sin[0, :, D // 2:]], -1)
     act = F.silu if getattr(cfg, "hidden_act", None) == "silu" else core.layers[0].mlp.act_fn
     head = model.lm_head
+    size = sum(t.numel() * t.element_size() for layer in layers for t in layer if t is not None)
+    weights_first = p.device.type == "cpu" and size >= WEIGHTS_FIRST_BYTES
     return Weights(p.detach(), tuple(layers), core.norm.weight.detach(), head.weight.detach(),
                    _detached(head.bias), cos[0], sin_signed, H, Hkv, D,
-                   core.norm.variance_epsilon, core.layers[0].self_attn.scaling, act)
+                   core.norm.variance_epsilon, core.layers[0].self_attn.scaling, act, weights_first)
 
 
 def _rotate(x, cos, sin_signed):
@@ -140,29 +151,40 @@ def _rotate(x, cos, sin_signed):
 def _project_qkv(w: Weights, layer: Layer, h, cos, sin_signed):
     """h (..., E), cos/sin_signed (..., 1, D) -> rotated queries (..., H, D), rotated keys
     (..., Hkv, D) and values (..., Hkv, D)."""
-    qkv = F.linear(rms_norm(h, layer.input_norm, w.eps), layer.qkv_weight, layer.qkv_bias)
+    qkv = _linear(w, rms_norm(h, layer.input_norm, w.eps), layer.qkv_weight, layer.qkv_bias)
     qkv = qkv.view(*h.shape[:-1], -1, w.head_dim)                         # (..., H + 2 Hkv, D)
     rot = _rotate(qkv[..., : w.n_heads + w.n_kv, :], cos, sin_signed)     # query and key heads
     return rot[..., : w.n_heads, :], rot[..., w.n_heads:, :], qkv[..., w.n_heads + w.n_kv:, :]
 
 
-def _plus_linear(h, x, weight, bias):
+def _linear(w: Weights, x, weight, bias):
+    """F.linear(x, weight, bias); the decode step's (B, in) rows of a model with
+    `w.weights_first` as (weight @ x^T)^T, the same numbers, see `WEIGHTS_FIRST_BYTES`."""
+    if not (w.weights_first and x.dim() == 2):
+        return F.linear(x, weight, bias)
+    y = torch.mm(weight, x.t()) if bias is None else torch.addmm(bias[:, None], weight, x.t())  # (out, B)
+    return y.t().contiguous()                                             # (B, out)
+
+
+def _plus_linear(w: Weights, h, x, weight, bias):
     """h + F.linear(x, weight, bias); in fp32 without a bias as one addmm (2-D h and x)."""
     if bias is None and h.dtype == torch.float32 and h.dim() == 2:
+        if w.weights_first:
+            return torch.addmm(h.t(), weight, x.t()).t().contiguous()
         return torch.addmm(h, x, weight.t())
-    return h + F.linear(x, weight, bias)
+    return h + _linear(w, x, weight, bias)
 
 
 def _plus_mlp(w: Weights, layer: Layer, h):
     """h + MLP(norm(h)) for h (..., E)."""
     x = rms_norm(h, layer.post_norm, w.eps)
-    gate, up = F.linear(x, layer.gate_up_weight, layer.gate_up_bias).chunk(2, dim=-1)   # (..., I) each
-    return _plus_linear(h, w.act(gate) * up, layer.down_weight, layer.down_bias)        # (..., E)
+    gate, up = _linear(w, x, layer.gate_up_weight, layer.gate_up_bias).chunk(2, dim=-1)  # (..., I) each
+    return _plus_linear(w, h, w.act(gate) * up, layer.down_weight, layer.down_bias)        # (..., E)
 
 
 def _logits(w: Weights, h):
     """h (B, E) -> (B, V)."""
-    return F.linear(rms_norm(h, w.final_norm, w.eps), w.lm_head, w.lm_head_bias)
+    return _linear(w, rms_norm(h, w.final_norm, w.eps), w.lm_head, w.lm_head_bias)
 
 
 def decode_step(w: Weights, k_cache, v_cache, key_ok, index, tokens, positions):
@@ -195,7 +217,7 @@ def decode_step(w: Weights, k_cache, v_cache, key_ok, index, tokens, positions):
         else:  # low precision: the fused kernel's fp32 accumulation, as the HF forward
             out = F.scaled_dot_product_attention(qs.reshape(B, Hkv, G, D), keys, values,
                                                  attn_mask=key_ok[:, None, None, :], scale=w.scale)
-        h = _plus_linear(h, out.reshape(B, -1), layer.o_weight, layer.o_bias)  # (B, E)
+        h = _plus_linear(w, h, out.reshape(B, -1), layer.o_weight, layer.o_bias)  # (B, E)
         h = _plus_mlp(w, layer, h)
     return _logits(w, h)                                                  # (B, V)
 
@@ -214,9 +236,9 @@ def prefill_forward(w: Weights, k_cache, v_cache, ids, positions, mask, repeats:
         if G > 1:
             ks, vs = ks.repeat_interleave(G, dim=1), vs.repeat_interleave(G, dim=1)   # (N, H, P, D)
         out = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=mask, scale=w.scale)
-        h = _plus_linear(h, out.transpose(1, 2).reshape(N, P, -1), layer.o_weight, layer.o_bias)  # (N, P, E)
+        h = _plus_linear(w, h, out.transpose(1, 2).reshape(N, P, -1), layer.o_weight, layer.o_bias)  # (N, P, E)
         h = _plus_mlp(w, layer, h)
-    return _logits(w, h[:, -1])                                           # (N, V)
+    return _logits(w, h[:, -1:])[:, 0]     # (N, V); 3-D: the prompts' logits as F.linear computes them
 
 
 class StaticDecoder:
