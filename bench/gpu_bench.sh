@@ -13,5 +13,5 @@ python bench/bench_rl_step.py --sizes 0.5B --rounds 2 --steps 12 --no-ablation
 echo "== 3: rollout throughput, HF engine vs vLLM engine, bf16"
 python bench/bench_rollout.py --sizes 0.5B --batches 64 256 1024 --dtype bfloat16 --reps 3
 echo "== 10: the trainer's forward + backward against the GPU's matmul roofline (bf16 and fp32), levers side by side"
-python bench/bench_roofline.py --device cuda --dtype bfloat16 --sizes 30M 0.5B --lengths 512 --reps 5 --levers
+python bench/bench_roofline.py --device cuda --dtype bfloat16 --sizes 30M 0.5B --lengths 512 --reps 5 --levers compile no_mask lean
 python bench/bench_roofline.py --device cuda --dtype float32 --sizes 30M --lengths 512 --reps 5
