@@ -10,7 +10,7 @@ on a key/value cache preallocated for prompt + completion.  A decode step is one
 of the cache (no slice is ever copied), so a step costs the current length, not the cache size, and
 a step's tensors keep their shapes for `KEY_BLOCK` steps at a time.  For a model too big for the
 CPU's cache, a step multiplies each weight by the rows rather than the rows by the weight
-(`WEIGHTS_FIRST_BYTES`: the same products, about twice as fast at 30M).  The weights
+(`WEIGHTS_FIRST_BYTES`: the same products, in half the time at 30M).  The weights
 are the model's, read when the decoder is built: a synced, quantised or stale sampler copy is
 used as it is.  `supports(model)` says when it applies; `HFEngine` falls back to the Hugging Face
 forward otherwise.  tests/test_rollout.py checks it against that forward (log-probs to 1e-5,
