@@ -81,10 +81,12 @@ def test_the_roofline_counts_what_torch_counts(capsys, monkeypatch):
         assert sum(p[-1] for p in linear) == pytest.approx(bench.counted_flops(model, inputs), rel=1e-9)
         assert sum(p[-1] for p in bench.backward_gemms(fwd)) == 2 * sum(p[-1] for p in fwd)
     monkeypatch.setattr(sys, "argv", ["bench_roofline.py", "--sizes", "0.3M", "--lengths", "4", "--reps", "1",
-                                      "--threads", "1", "--levers", "no_mask"])
+                                      "--threads", "1", "--levers", "no_mask", "lean", "--memory"])
     bench.main()
     out = capsys.readouterr().out
     assert "1.000x" in out and "of roof" in out and "no_mask" in out
+    assert "lean" in out
+    assert "reading the weights" in out and "weight @ rows^T" in out
 
 
 def test_the_sampling_flops_are_what_torch_counts_in_generate():
