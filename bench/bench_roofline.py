@@ -50,6 +50,7 @@ import os
 import statistics
 import sys
 import time
+import types
 
 import numpy as np
 import torch
@@ -206,7 +207,6 @@ class LeanForward:
         return weight * (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
     def __call__(self, input_ids, attention_mask, position_ids, logits_to_keep: int):
-        import types
         F = torch.nn.functional
         core, cfg = self.model.model, self.model.config
         B, S = input_ids.shape
@@ -393,10 +393,10 @@ def compare_levers(model, inputs, names, reps):
     return ratios, first
 
 
-def compare_decode(size: str, rows: int, reps: int = 7, calls: int = 20) -> tuple[float, float, float, float]:
-    """The static decoder's one-token step (rl_lab.engines.fast_decode.decode_step) eager and under
-    torch.compile, alternating, 57 tokens into the cache (one 64-key block): (eager seconds per
-    step, compiled / eager, compile's first call in seconds, max |logit difference|)."""
+def decode_step_args(size: str, rows: int) -> tuple:
+    """`fast_decode.decode_step`'s arguments for a model of the size: a static decoder over `rows`
+    rows, prefilled with random 7-token prompts and stepped 50 tokens (57 in its cache, one 64-key
+    block), and the next token to decode."""
     from rl_lab.engines import fast_decode
     from rl_lab.models import build_model
     model, _ = build_model(size, seed=0)
@@ -407,9 +407,17 @@ def compare_decode(size: str, rows: int, reps: int = 7, calls: int = 20) -> tupl
     for _ in range(50):
         dec.step(torch.randint(4, model.config.vocab_size, (rows,), generator=g).to(DEVICE),
                  torch.full((rows,), dec.length, device=DEVICE))
-    args = (dec.weights, dec.k, dec.v, dec.key_ok[:, :64], dec.indices[dec.length],
+    return (dec.weights, dec.k, dec.v, dec.key_ok[:, :64], dec.indices[dec.length],
             torch.randint(4, model.config.vocab_size, (rows,), generator=g).to(DEVICE),
             torch.full((rows,), dec.length, device=DEVICE))
+
+
+def compare_decode(size: str, rows: int, reps: int = 7, calls: int = 20) -> tuple[float, float, float, float]:
+    """The static decoder's one-token step (rl_lab.engines.fast_decode.decode_step) eager and under
+    torch.compile, alternating, 57 tokens into the cache (one 64-key block): (eager seconds per
+    step, compiled / eager, compile's first call in seconds, max |logit difference|)."""
+    from rl_lab.engines import fast_decode
+    args = decode_step_args(size, rows)
     torch._dynamo.reset()
     compiled = torch.compile(fast_decode.decode_step, dynamic=False)
     with torch.no_grad():
@@ -439,19 +447,8 @@ def decode_memory(size: str, rows: int, reps: int = 5, calls: int = 10) -> dict[
     contiguous, rows @ W), and a plain read of those weights (a sum over each: the memory's rate,
     no arithmetic to speak of).  Seconds, and the bytes read."""
     from rl_lab.engines import fast_decode
-    from rl_lab.models import build_model
-    model, _ = build_model(size, seed=0)
-    dec = fast_decode.StaticDecoder(model.to(DEVICE, DTYPE), rows, 128)
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(4, model.config.vocab_size, (rows, PROMPT), generator=g).to(DEVICE)
-    dec.prefill(ids, torch.ones_like(ids), torch.arange(PROMPT, device=DEVICE)[None].repeat(rows, 1))
-    for _ in range(50):
-        dec.step(torch.randint(4, model.config.vocab_size, (rows,), generator=g).to(DEVICE),
-                 torch.full((rows,), dec.length, device=DEVICE))
-    w = dec.weights
-    args = (w, dec.k, dec.v, dec.key_ok[:, :64], dec.indices[dec.length],
-            torch.randint(4, model.config.vocab_size, (rows,), generator=g).to(DEVICE),
-            torch.full((rows,), dec.length, device=DEVICE))
+    args = decode_step_args(size, rows)
+    w = args[0]
     mats = [m for layer in w.layers for m in (layer.qkv_weight, layer.o_weight, layer.gate_up_weight,
                                               layer.down_weight)] + [w.lm_head]    # (out, in) each
     xs = {m.shape[1]: torch.randn(rows, m.shape[1], device=DEVICE, dtype=DTYPE) for m in mats}   # (B, in)
