@@ -431,13 +431,9 @@ class RLConfig(_SamplingFields, _Validated):
     progress_bar: bool = True
 
     def validate(self):
-        from rl_lab.tasks import TASKS, get_task  # local import: tasks imports nothing from here
+        from rl_lab.tasks import TASKS  # local import: tasks imports nothing from here
         _check_choice(self, "task", list(TASKS))
-        try:                                   # unknown or out-of-range knobs fail here, not in the Trainer
-            task = get_task(self.task, **self.task_kwargs)
-        except ValueError as e:
-            raise ConfigError(f"RLConfig.task_kwargs={self.task_kwargs!r}: {e}") from e
-        self._validate_episodes(task)
+        self._validate_episodes(_checked_knobs(self))
         self._warn_inert()
         for name in ("prompts_per_step", "num_iterations", "max_steps"):
             _check_range(self, name, lo=1)
@@ -508,22 +504,23 @@ class RLConfig(_SamplingFields, _Validated):
                 warnings.warn(f"RLConfig.{', '.join(f'{n}={getattr(self, n)!r}' for n in changed)} "
                               f"has no effect: {why}", ConfigWarning, stacklevel=5)
 
-    def _validate_episodes(self, task):
+    def _validate_episodes(self, knobs):
         """max_turns only for a tool task; a tool task's episode must fit max_completion_length."""
-        from rl_lab.tasks import TASKS
+        from rl_lab.tasks import TASKS, is_tool_task
+        tool = is_tool_task(self.task)
         if self.max_completion_length is None:
-            self.max_completion_length = (DEFAULT_COMPLETION_LENGTH if getattr(task, "environment", None) is None
-                                          else episode_completion_length(task))
-        if getattr(task, "environment", None) is None:
+            self.max_completion_length = (episode_completion_length(self.task, knobs) if tool
+                                          else DEFAULT_COMPLETION_LENGTH)
+        if not tool:
             if self.max_turns is not None:
-                tool_tasks = [name for name, kind in TASKS.items() if hasattr(kind, "environment")]
+                tool_tasks = [name for name in TASKS if is_tool_task(name)]
                 raise ConfigError(f"RLConfig.max_turns={self.max_turns!r}: task {self.task!r} has no tool "
                                   f"environment, so its episodes have one turn; leave max_turns unset (null) "
                                   f"or choose a tool task: {tool_tasks}")
             return
         if self.max_turns is not None:
             _check_range(self, "max_turns", lo=1)
-        need = episode_completion_length(task)
+        need = episode_completion_length(self.task, knobs)
         if self.max_completion_length < need:
             raise ConfigError(f"RLConfig.max_completion_length={self.max_completion_length} is shorter than one "
                               f"{self.task!r} episode (call, tool output and answer: up to {need} tokens with "
@@ -655,6 +652,7 @@ class WarmStartConfig(_Validated):
         from rl_lab.models import MODEL_SIZES
         from rl_lab.tasks import TASKS
         _check_choice(self, "task", list(TASKS))
+        _checked_knobs(self)
         _check_choice(self, "model_size", list(MODEL_SIZES))
         for name in ("steps", "batch_size", "eval_every", "eval_prompts"):
             _check_range(self, name, lo=1)
@@ -669,9 +667,21 @@ DEFAULT_COMPLETION_LENGTH = 8
 answers fit in 8 tokens)."""
 
 
-def episode_completion_length(task) -> int:
-    """Tokens a tool task's longest episode needs (call, tool output, answer, <eos>)."""
-    return task.max_answer_length + 1
+def episode_completion_length(task: str, knobs) -> int:
+    """Tokens a tool task's longest episode needs (call, tool output, answer, <eos>), from the
+    task's checked knobs (`rl_lab.tasks.check_task`)."""
+    from rl_lab.tasks import TASKS
+    return TASKS[task].answer_tokens(knobs) + 1
+
+
+def _checked_knobs(config):
+    """The config's task knobs, checked without building the task: unknown or out-of-range knobs
+    fail when the config is built, not in the Trainer."""
+    from rl_lab.tasks import check_task
+    try:
+        return check_task(config.task, config.task_kwargs)
+    except ValueError as e:
+        raise ConfigError(f"{type(config).__name__}.task_kwargs={config.task_kwargs!r}: {e}") from e
 
 
 # Preset overrides for RLConfig.  smoke: CI, a minute or less; laptop: minutes on 2 cores;

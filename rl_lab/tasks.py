@@ -14,6 +14,7 @@ import dataclasses
 import operator
 from collections import Counter
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -24,7 +25,8 @@ from rl_lab.agents.result import ToolResult
 
 @dataclass
 class Task:
-    """Base class: subclasses define `sample(rng)` and `score(completion, example)`."""
+    """Base class: subclasses define `sample(rng)`, `score(completion, example)`, `answer_tokens(knobs)`
+    and, for knobs with a range, `check_knobs(knobs)`."""
     name = "task"
     reward_mode: str = "exact"
 
@@ -39,9 +41,22 @@ class Task:
             return _digit_match(pred, example["answer"])
         return float(pred == example["answer"])
 
+    def __post_init__(self):
+        self.check_knobs(self)
+
+    @classmethod
+    def check_knobs(cls, knobs) -> None:
+        """Raise ValueError for a knob out of range.  `knobs` is a task or a namespace of its
+        fields (`check_task`): the config checks a task's knobs without building the task."""
+
+    @classmethod
+    def answer_tokens(cls, knobs) -> int:
+        """Tokens in the longest answer (a tool task: the longest episode) for these knobs."""
+        raise NotImplementedError
+
     @property
     def max_answer_length(self) -> int:
-        raise NotImplementedError
+        return self.answer_tokens(self)
 
     def make_dataset(self, n: int, seed: int = 0) -> list[dict]:
         """n examples {"prompt", "answer", ...}, the same for the same seed."""
@@ -124,18 +139,19 @@ class Addition(Task):
     digits: int = 2
     name = "addition"
 
-    def __post_init__(self):
-        if not 1 <= self.digits <= 6:
-            raise ValueError(f"Addition.digits={self.digits} must be in [1, 6]")
-        if self.reward_mode not in ("exact", "partial"):
-            raise ValueError(f"reward_mode={self.reward_mode!r}: choose 'exact' or 'partial'")
+    @classmethod
+    def check_knobs(cls, k):
+        if not 1 <= k.digits <= 6:
+            raise ValueError(f"Addition.digits={k.digits} must be in [1, 6]")
+        if k.reward_mode not in ("exact", "partial"):
+            raise ValueError(f"reward_mode={k.reward_mode!r}: choose 'exact' or 'partial'")
 
     def sample(self, rng):
         return sample_sum(rng, self.digits)
 
-    @property
-    def max_answer_length(self):
-        return self.digits + 1
+    @classmethod
+    def answer_tokens(cls, k):
+        return k.digits + 1
 
     def all_examples(self) -> list[dict]:
         """Every prompt of this task, in order (for exact averages over the task; digits <= 3)."""
@@ -152,11 +168,12 @@ class DigitStringTask(Task):
     name = "digits"
     keyword = "digits"
 
-    def __post_init__(self):
-        if not 1 <= self.length <= 20:
-            raise ValueError(f"{type(self).__name__}.length={self.length} must be in [1, 20]")
-        if self.reward_mode not in ("exact", "partial"):
-            raise ValueError(f"reward_mode={self.reward_mode!r}: choose 'exact' or 'partial'")
+    @classmethod
+    def check_knobs(cls, k):
+        if not 1 <= k.length <= 20:
+            raise ValueError(f"{cls.__name__}.length={k.length} must be in [1, 20]")
+        if k.reward_mode not in ("exact", "partial"):
+            raise ValueError(f"reward_mode={k.reward_mode!r}: choose 'exact' or 'partial'")
 
     def transform(self, digits: str) -> str:
         raise NotImplementedError
@@ -165,9 +182,9 @@ class DigitStringTask(Task):
         s = "".join(str(d) for d in rng.integers(0, 10, self.length))
         return {"prompt": f"{self.keyword}:{s}=", "answer": self.transform(s)}
 
-    @property
-    def max_answer_length(self):
-        return self.length
+    @classmethod
+    def answer_tokens(cls, k):
+        return k.length
 
 
 @dataclass
@@ -221,11 +238,12 @@ class Countdown(Task):
     max_number: int = 9
     name = "countdown"
 
-    def __post_init__(self):
-        if not 2 <= self.n_numbers <= 5:
-            raise ValueError(f"Countdown.n_numbers={self.n_numbers} must be in [2, 5]")
-        if not 2 <= self.max_number <= 99:
-            raise ValueError(f"Countdown.max_number={self.max_number} must be in [2, 99]")
+    @classmethod
+    def check_knobs(cls, k):
+        if not 2 <= k.n_numbers <= 5:
+            raise ValueError(f"Countdown.n_numbers={k.n_numbers} must be in [2, 5]")
+        if not 2 <= k.max_number <= 99:
+            raise ValueError(f"Countdown.max_number={k.max_number} must be in [2, 99]")
 
     def sample(self, rng):
         nums = [int(x) for x in rng.integers(1, self.max_number + 1, self.n_numbers)]
@@ -236,9 +254,9 @@ class Countdown(Task):
         return {"prompt": f"cd:{','.join(map(str, shown))}>{target}=", "answer": expr,
                 "numbers": shown, "target": target}
 
-    @property
-    def max_answer_length(self):
-        return self.n_numbers * (len(str(self.max_number)) + 1) - 1
+    @classmethod
+    def answer_tokens(cls, k):
+        return k.n_numbers * (len(str(k.max_number)) + 1) - 1
 
     def score(self, completion, example):
         try:
@@ -266,11 +284,12 @@ class ScratchpadAddition(Task):
     digits: int = 5
     name = "scratchpad"
 
-    def __post_init__(self):
-        if not 1 <= self.digits <= 10:
-            raise ValueError(f"ScratchpadAddition.digits={self.digits} must be in [1, 10]")
-        if self.reward_mode != "exact":
-            raise ValueError(f"reward_mode={self.reward_mode!r}: ScratchpadAddition supports only 'exact'")
+    @classmethod
+    def check_knobs(cls, k):
+        if not 1 <= k.digits <= 10:
+            raise ValueError(f"ScratchpadAddition.digits={k.digits} must be in [1, 10]")
+        if k.reward_mode != "exact":
+            raise ValueError(f"reward_mode={k.reward_mode!r}: ScratchpadAddition supports only 'exact'")
 
     def sample(self, rng):
         return sample_sum(rng, self.digits)
@@ -291,10 +310,10 @@ class ScratchpadAddition(Task):
         a, b = example["prompt"].rstrip("=").split("+")
         return self.scratchpad(int(a), int(b))
 
-    @property
-    def max_answer_length(self):
+    @classmethod
+    def answer_tokens(cls, k):
         # first column "x+y=ss" (6), later ones "x+y+1=ss" (8), commas, ">" and digits+1 digits
-        return 6 + 8 * (self.digits - 1) + (self.digits - 1) + 1 + self.digits + 1
+        return 6 + 8 * (k.digits - 1) + (k.digits - 1) + 1 + k.digits + 1
 
     def score(self, completion, example):
         text = completion.strip()
@@ -360,22 +379,23 @@ class MultiplicationTool(Task):
     tool_failure_rate: float = 0.0
     name = "multiplication_tool"
 
-    def __post_init__(self):
+    @classmethod
+    def check_knobs(cls, k):
         for knob in ("digits_a", "digits_b"):
-            value = getattr(self, knob)
+            value = getattr(k, knob)
             if not isinstance(value, int) or not 1 <= value <= 6:
                 raise ValueError(f"MultiplicationTool.{knob}={value!r} must be an integer in [1, 6]")
-        if self.tool_output_style not in TOOL_OUTPUT_STYLES:
-            raise ValueError(f"MultiplicationTool.tool_output_style={self.tool_output_style!r}: choose one of "
+        if k.tool_output_style not in TOOL_OUTPUT_STYLES:
+            raise ValueError(f"MultiplicationTool.tool_output_style={k.tool_output_style!r}: choose one of "
                              f"{list(TOOL_OUTPUT_STYLES)}")
-        if not 0 <= self.call_reward <= 1:
-            raise ValueError(f"MultiplicationTool.call_reward={self.call_reward!r} must be in [0, 1]")
-        rate = self.tool_failure_rate
+        if not 0 <= k.call_reward <= 1:
+            raise ValueError(f"MultiplicationTool.call_reward={k.call_reward!r} must be in [0, 1]")
+        rate = k.tool_failure_rate
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
             raise ValueError(f"MultiplicationTool.tool_failure_rate={rate!r} must be a number in [0, 1): the share "
                              "of calculator calls that fail and end the episode (0: a reliable calculator)")
-        if self.reward_mode != "exact":
-            raise ValueError(f"reward_mode={self.reward_mode!r}: MultiplicationTool supports only 'exact'")
+        if k.reward_mode != "exact":
+            raise ValueError(f"reward_mode={k.reward_mode!r}: MultiplicationTool supports only 'exact'")
 
     @property
     def environment(self) -> ToolEnvironment:
@@ -412,12 +432,12 @@ class MultiplicationTool(Task):
     def target(self, example):
         return "".join(text for text, _ in self.trace_segments(example))
 
-    @property
-    def max_answer_length(self):
+    @classmethod
+    def answer_tokens(cls, k):
         """Tokens in the longest episode: call, tool output (with separators), answer."""
-        product = self.digits_a + self.digits_b
-        call = 1 + self.digits_a + 1 + self.digits_b + 1
-        output = 1 + product + ((product - 1) // 3 if self.tool_output_style == "ood" else 0) + 1
+        product = k.digits_a + k.digits_b
+        call = 1 + k.digits_a + 1 + k.digits_b + 1
+        output = 1 + product + ((product - 1) // 3 if k.tool_output_style == "ood" else 0) + 1
         return call + output + product
 
     def split_episode(self, completion: str) -> tuple[str | None, str]:
@@ -480,15 +500,31 @@ TASKS: dict[str, type[Task]] = {"addition": Addition, "reversal": Reversal,
                                 "multiplication_tool": MultiplicationTool}
 
 
-def get_task(name: str, **kwargs) -> Task:
-    """Build a task by name with its difficulty knobs, e.g. get_task("addition", digits=3)."""
+def check_task(name: str, knobs: dict) -> SimpleNamespace:
+    """A task's knobs with its defaults filled in, checked as building the task checks them,
+    without building it: what `RLConfig` validates (the class's `answer_tokens` reads the result).
+    Raises ValueError, saying what to change, for an unknown task, knob or value."""
     if name not in TASKS:
         raise ValueError(f"task {name!r} is unknown; choose one of {list(TASKS)}")
-    fields = [f.name for f in dataclasses.fields(TASKS[name])]
-    unknown = sorted(set(kwargs) - set(fields))
+    kind = TASKS[name]
+    fields = {f.name: f.default for f in dataclasses.fields(kind)}
+    unknown = sorted(set(knobs) - set(fields))
     if unknown:
-        raise ValueError(f"task {name!r} accepts {fields}; {unknown} is not one of them")
+        raise ValueError(f"task {name!r} accepts {list(fields)}; {unknown} is not one of them")
+    checked = SimpleNamespace(**{**fields, **knobs})
     try:
-        return TASKS[name](**kwargs)
+        kind.check_knobs(checked)
     except TypeError as e:        # e.g. digits="2" compared with an int
-        raise ValueError(f"task {name!r}: bad value in {kwargs!r} ({e})") from e
+        raise ValueError(f"task {name!r}: bad value in {knobs!r} ({e})") from e
+    return checked
+
+
+def is_tool_task(name: str) -> bool:
+    """Whether the task's episodes are multi-turn (it has a tool `environment`)."""
+    return hasattr(TASKS[name], "environment")
+
+
+def get_task(name: str, **kwargs) -> Task:
+    """Build a task by name with its difficulty knobs, e.g. get_task("addition", digits=3)."""
+    knobs = check_task(name, kwargs)
+    return TASKS[name](**vars(knobs))

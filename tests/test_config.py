@@ -55,6 +55,33 @@ def test_task_kwargs_are_checked_up_front():
     assert RLConfig(task="reversal", task_kwargs={"length": 3}, model="0.3M").task_kwargs == {"length": 3}
 
 
+def test_building_a_config_builds_no_task(monkeypatch):
+    """The config checks a task's knobs and sizes its episodes from the task's class
+    (`check_task`, `answer_tokens`), without building a task, for every task and for the warm start's."""
+    from rl_lab import tasks
+
+    def built(self):
+        raise AssertionError(f"the config built a {type(self).__name__}")
+
+    monkeypatch.setattr(tasks.Task, "__post_init__", built)
+    for name in tasks.TASKS:
+        RLConfig(task=name)
+        WarmStartConfig(task=name)
+    assert RLConfig(task="multiplication_tool", task_kwargs={"digits_a": 4}).max_completion_length == 24
+    with pytest.raises(ConfigError, match=r"WarmStartConfig.task_kwargs=.*digits=9"):
+        WarmStartConfig(task="addition", task_kwargs={"digits": 9})
+    with pytest.raises(ConfigError, match=r"bad value"):
+        RLConfig(task="addition", task_kwargs={"digits": "2"})
+
+
+def test_checked_knobs_size_episodes_as_the_task_does():
+    from rl_lab.tasks import TASKS, check_task, get_task
+    cases = {"addition": {"digits": 3}, "reversal": {"length": 7}, "countdown": {"max_number": 20},
+             "scratchpad": {"digits": 4}, "multiplication_tool": {"digits_b": 3, "tool_output_style": "ood"}}
+    for name, knobs in cases.items():
+        assert TASKS[name].answer_tokens(check_task(name, knobs)) == get_task(name, **knobs).max_answer_length
+
+
 def test_sampling_config_has_no_dtype_that_no_engine_reads():
     """The sampler's precision belongs to the engine (HFEngine/VLLMEngine(dtype=...), set from
     RLConfig.sampler_dtype); a SamplingConfig.dtype was validated and then ignored."""
