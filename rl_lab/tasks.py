@@ -109,6 +109,15 @@ class Task:
         return self.name
 
 
+def _require(kind: type, knobs, name: str, lo: int, hi: int, reward_modes=None):
+    """A task's range check: knob `name` in [lo, hi] and, given `reward_modes`, one of them."""
+    value = getattr(knobs, name)
+    if not lo <= value <= hi:
+        raise ValueError(f"{kind.__name__}.{name}={value!r} must be in [{lo}, {hi}]")
+    if reward_modes is not None and knobs.reward_mode not in reward_modes:
+        raise ValueError(f"{kind.__name__}.reward_mode={knobs.reward_mode!r}: choose one of {list(reward_modes)}")
+
+
 def digit_token_rewards(pred: str, target: str) -> list[float]:
     """Dense ternary per-token rewards for a character-level answer, length len(pred) + 1:
     character t earns +1 if it equals target[t] and -1 otherwise (wrong, or past the end of
@@ -141,10 +150,7 @@ class Addition(Task):
 
     @classmethod
     def check_knobs(cls, k):
-        if not 1 <= k.digits <= 6:
-            raise ValueError(f"Addition.digits={k.digits} must be in [1, 6]")
-        if k.reward_mode not in ("exact", "partial"):
-            raise ValueError(f"reward_mode={k.reward_mode!r}: choose 'exact' or 'partial'")
+        _require(cls, k, "digits", 1, 6, reward_modes=("exact", "partial"))
 
     def sample(self, rng):
         return sample_sum(rng, self.digits)
@@ -170,10 +176,7 @@ class DigitStringTask(Task):
 
     @classmethod
     def check_knobs(cls, k):
-        if not 1 <= k.length <= 20:
-            raise ValueError(f"{cls.__name__}.length={k.length} must be in [1, 20]")
-        if k.reward_mode not in ("exact", "partial"):
-            raise ValueError(f"reward_mode={k.reward_mode!r}: choose 'exact' or 'partial'")
+        _require(cls, k, "length", 1, 20, reward_modes=("exact", "partial"))
 
     def transform(self, digits: str) -> str:
         raise NotImplementedError
@@ -240,10 +243,8 @@ class Countdown(Task):
 
     @classmethod
     def check_knobs(cls, k):
-        if not 2 <= k.n_numbers <= 5:
-            raise ValueError(f"Countdown.n_numbers={k.n_numbers} must be in [2, 5]")
-        if not 2 <= k.max_number <= 99:
-            raise ValueError(f"Countdown.max_number={k.max_number} must be in [2, 99]")
+        _require(cls, k, "n_numbers", 2, 5)
+        _require(cls, k, "max_number", 2, 99)
 
     def sample(self, rng):
         nums = [int(x) for x in rng.integers(1, self.max_number + 1, self.n_numbers)]
@@ -286,10 +287,7 @@ class ScratchpadAddition(Task):
 
     @classmethod
     def check_knobs(cls, k):
-        if not 1 <= k.digits <= 10:
-            raise ValueError(f"ScratchpadAddition.digits={k.digits} must be in [1, 10]")
-        if k.reward_mode != "exact":
-            raise ValueError(f"reward_mode={k.reward_mode!r}: ScratchpadAddition supports only 'exact'")
+        _require(cls, k, "digits", 1, 10, reward_modes=("exact",))
 
     def sample(self, rng):
         return sample_sum(rng, self.digits)
