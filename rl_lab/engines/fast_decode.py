@@ -180,8 +180,24 @@ def _plus_linear(w: Weights, h, x, weight, bias):
 def _plus_mlp(w: Weights, layer: Layer, h):
     """h + MLP(norm(h)) for h (..., E)."""
     x = rms_norm(h, layer.post_norm, w.eps)
+    if w.weights_first and h.dim() == 2 and layer.down_bias is None and h.dtype == torch.float32:
+        return _plus_mlp_columns(w, layer, h, x)
     gate, up = _linear(w, x, layer.gate_up_weight, layer.gate_up_bias).chunk(2, dim=-1)  # (..., I) each
     return _plus_linear(w, h, w.act(gate) * up, layer.down_weight, layer.down_bias)        # (..., E)
+
+
+def _plus_mlp_columns(w: Weights, layer: Layer, h, x):
+    """`_plus_mlp` weight-first with the hidden activations as columns: (2 I, B) from the first
+    product splits into gate and up without transposing back, and the second product takes the
+    (I, B) activations as they are; the same numbers as `_linear`'s weight-first products (each
+    element the same product, the same elementwise operations), without the (B, 2 I) copy."""
+    x_t = x.t()                                                           # (E, B), a view
+    if layer.gate_up_bias is None:
+        gate_up = torch.mm(layer.gate_up_weight, x_t)                     # (2 I, B)
+    else:
+        gate_up = torch.addmm(layer.gate_up_bias[:, None], layer.gate_up_weight, x_t)
+    gate, up = gate_up.chunk(2, dim=0)                                    # (I, B) each, contiguous
+    return torch.addmm(h.t(), layer.down_weight, w.act(gate) * up).t().contiguous()  # (B, E)
 
 
 def _logits(w: Weights, h):
