@@ -68,6 +68,31 @@ def test_sweep_benchmark_cell_is_a_valid_sweep(tmp_path):
     assert (config.sampler_staleness, config.learning_rate, config.max_steps) == (2, 5e-4, 300)
 
 
+@pytest.mark.slow
+def test_the_before_after_benchmark_runs_the_maps_cell_under_two_versions(capsys):
+    """bench_commits: the map's cell (benchmark 7's) as `rl-lab train` arguments, run under a git
+    worktree of the base and under this checkout; the worktree is removed afterwards."""
+    import argparse
+    import subprocess
+
+    from rl_lab.tools.cli import build_config
+    bench = load("bench_commits")
+    words = bench.cell_args(300)
+    given = argparse.Namespace(config=None, seed=None, out=None, task=words[1], preset=words[3],
+                               set=[words[i + 1] for i, w in enumerate(words) if w == "--set"])
+    config = build_config(given)
+    assert (config.sampler_staleness, config.learning_rate, config.max_steps, config.prompts_per_step,
+            config.num_generations) == (2, 5e-4, 300, 8, 8)
+    if subprocess.run(["git", "rev-parse", "HEAD"], cwd=BENCH.parent, capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout: bench_commits needs one")
+    before = subprocess.run(["git", "worktree", "list"], cwd=BENCH.parent, capture_output=True, text=True).stdout
+    bench.main(["--base", "HEAD", "--steps", "2", "--reps", "1"])
+    out = capsys.readouterr().out
+    assert "whole run: before" in out and "median step: before" in out
+    assert subprocess.run(["git", "worktree", "list"], cwd=BENCH.parent, capture_output=True,
+                          text=True).stdout == before
+
+
 def test_the_roofline_counts_what_torch_counts(capsys, monkeypatch):
     """bench_roofline's FLOPs of the linear layers equal torch's FlopCounterMode's for the pass it
     times, for every size's shape (attention, which FlopCounterMode does not count on a CPU, apart);
