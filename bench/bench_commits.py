@@ -67,10 +67,8 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     a = ap.parse_args(argv)
-    base = subprocess.run(["git", "rev-parse", "--short", a.base], cwd=REPO, capture_output=True, text=True,
-                          check=True).stdout.strip()
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                          check=True).stdout.strip()
+    base, head = (subprocess.run(["git", "rev-parse", "--short", rev], cwd=REPO, capture_output=True, text=True,
+                                 check=True).stdout.strip() for rev in (a.base, "HEAD"))
     print(f"before {base}, after {head} (this checkout, with its uncommitted changes); {a.steps} steps, "
           f"{a.threads} thread(s), {a.reps} repetitions alternating; load average {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory(prefix="rl_lab_commits_") as tmp:

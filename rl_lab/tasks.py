@@ -505,7 +505,8 @@ def check_task(name: str, knobs: dict) -> SimpleNamespace:
     if name not in TASKS:
         raise ValueError(f"task {name!r} is unknown; choose one of {list(TASKS)}")
     kind = TASKS[name]
-    fields = {f.name: f.default for f in dataclasses.fields(kind)}
+    fields = {f.name: f.default_factory() if f.default is dataclasses.MISSING else f.default
+              for f in dataclasses.fields(kind)}
     unknown = sorted(set(knobs) - set(fields))
     if unknown:
         raise ValueError(f"task {name!r} accepts {list(fields)}; {unknown} is not one of them")

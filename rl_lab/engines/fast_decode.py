@@ -164,8 +164,12 @@ def _linear(w: Weights, x, weight, bias):
     `w.weights_first` as (weight @ x^T)^T, the same numbers, see `WEIGHTS_FIRST_BYTES`."""
     if not (w.weights_first and x.dim() == 2):
         return F.linear(x, weight, bias)
-    y = torch.mm(weight, x.t()) if bias is None else torch.addmm(bias[:, None], weight, x.t())  # (out, B)
-    return y.t().contiguous()                                             # (B, out)
+    return _columns(weight, x.t(), bias).t().contiguous()                 # (B, out)
+
+
+def _columns(weight, x_t, bias):
+    """weight @ x_t (+ bias per output row) for columns x_t (in, B) -> (out, B)."""
+    return torch.mm(weight, x_t) if bias is None else torch.addmm(bias[:, None], weight, x_t)
 
 
 def _plus_linear(w: Weights, h, x, weight, bias):
@@ -191,11 +195,7 @@ def _plus_mlp_columns(w: Weights, layer: Layer, h, x):
     product splits into gate and up without transposing back, and the second product takes the
     (I, B) activations as they are; the same numbers as `_linear`'s weight-first products (each
     element the same product, the same elementwise operations), without the (B, 2 I) copy."""
-    x_t = x.t()                                                           # (E, B), a view
-    if layer.gate_up_bias is None:
-        gate_up = torch.mm(layer.gate_up_weight, x_t)                     # (2 I, B)
-    else:
-        gate_up = torch.addmm(layer.gate_up_bias[:, None], layer.gate_up_weight, x_t)
+    gate_up = _columns(layer.gate_up_weight, x.t(), layer.gate_up_bias)    # (2 I, B)
     gate, up = gate_up.chunk(2, dim=0)                                    # (I, B) each, contiguous
     return torch.addmm(h.t(), layer.down_weight, w.act(gate) * up).t().contiguous()  # (B, E)
 
