@@ -15,8 +15,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from rl_lab.config_checks import _check_choice, _check_min_tokens, _check_range, _check_types, _Validated  # noqa: F401
 from rl_lab.correction_options import IS_LEVELS, parse_is_threshold, parse_rs
 from rl_lab.errors import ConfigError
+from rl_lab.method_specs import (EMPG_NORMALIZE, DVPConfig, EMPGConfig, FilterGroupsConfig,  # noqa: F401 - re-exported
+                                 ImitationConfig, LengthTriggeredConfig, TeacherKLConfig, method_configs, plugin_specs)
 
 PRESETS = ("smoke", "laptop", "gpu")
 DTYPES = ("float32", "bfloat16", "float16")
@@ -24,104 +27,11 @@ POLICY_LOSSES = ("reinforce", "ppo_clip")
 LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum",
                   "seq-mean-token-sum-norm")
 SCALE_REWARDS = ("group", "batch", "none")
-EMPG_NORMALIZE = ("sum", "scaled_advantage", "none")
 ADV_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline",
                   "optimal_token_baseline", "trloo", "grpo_per_turn")
 ROLLOUT_IS = (None, *IS_LEVELS)
 SAMPLER_QUANTIZATION = (None, "int8")
 SCHEDULERS = ("constant", "linear", "cosine", "length_triggered")
-
-
-
-
-def _check_choice(obj, name: str, allowed) -> None:
-    value = getattr(obj, name)
-    if value not in allowed:
-        raise ConfigError(f"{type(obj).__name__}.{name}={value!r} is not allowed; "
-                          f"choose one of {list(allowed)}")
-
-
-def _check_range(obj, name: str, lo=None, hi=None, lo_open=False, hi_open=False) -> None:
-    value = getattr(obj, name)
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        raise ConfigError(f"{type(obj).__name__}.{name}={value!r} must be a number")
-    bad_lo = lo is not None and (value <= lo if lo_open else value < lo)
-    bad_hi = hi is not None and (value >= hi if hi_open else value > hi)
-    if bad_lo or bad_hi:
-        left = "(" if lo_open else "["
-        right = ")" if hi_open else "]"
-        raise ConfigError(f"{type(obj).__name__}.{name}={value!r} is out of range; "
-                          f"use a value in {left}{lo if lo is not None else '-inf'}, "
-                          f"{hi if hi is not None else 'inf'}{right}")
-
-
-def _check_min_tokens(obj) -> None:
-    _check_range(obj, "min_tokens", lo=0)
-    if obj.min_tokens > obj.max_completion_length:
-        raise ConfigError(f"{type(obj).__name__}.min_tokens={obj.min_tokens} exceeds max_completion_length="
-                          f"{obj.max_completion_length}: lower min_tokens or raise max_completion_length")
-
-
-def _check_types(obj) -> None:
-    """Fields annotated `int` hold integers (not floats, strings or bools: `num_iterations=2.0`
-    would pass a range check and then fail in `range`), `bool` fields hold True or False (not 1 or
-    "false"), `dict` fields hold mappings.  numpy integers and bools are stored as Python ones."""
-    import numbers
-
-    import numpy as np
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        kinds = {t.strip() for t in str(f.type).split("|")}
-        if value is None and "None" in kinds:
-            continue
-        name = f"{type(obj).__name__}.{f.name}={value!r}"
-        if kinds <= {"bool", "None"}:
-            if not isinstance(value, (bool, np.bool_)):
-                raise ConfigError(f"{name} must be True or False")
-            setattr(obj, f.name, bool(value))
-        elif kinds <= {"int", "None"}:
-            if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-                raise ConfigError(f"{name} must be an integer (write {f.name}=2, not 2.0)")
-            setattr(obj, f.name, int(value))
-        elif kinds <= {"dict", "None"} and not isinstance(value, dict):
-            raise ConfigError(f"{name} must be a mapping, e.g. {{\"digits\": 3}}")
-
-
-class _Validated:
-    def _coerce(self):
-        """Nested configs from mappings (RLConfig); nothing elsewhere."""
-
-    def __post_init__(self):
-        self._coerce()
-        for f in dataclasses.fields(self):  # YAML reads "3e-4" as a string: accept it for a float
-            value = getattr(self, f.name)
-            if f.type in ("float", "float | None") and isinstance(value, str):
-                try:
-                    setattr(self, f.name, float(value))
-                except ValueError:
-                    pass
-        _check_types(self)
-        self.validate()
-
-    def replace(self, **changes):
-        """A copy with some fields changed (validated)."""
-        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
-        if unknown:
-            raise ConfigError(f"{type(self).__name__} has no field(s) {sorted(unknown)}; "
-                              f"fields are {[f.name for f in dataclasses.fields(self)]}")
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]):
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - names
-        if unknown:
-            raise ConfigError(f"unknown {cls.__name__} field(s) {sorted(unknown)}; "
-                              f"fields are {sorted(names)}")
-        return cls(**d)
 
 
 @dataclass
@@ -163,113 +73,8 @@ class SamplingConfig(_SamplingFields, _Validated):
         self._validate_sampling()
 
 
-# ------------------------------------------------------------------ per-method configs
-# A method with knobs has its own config, nested in RLConfig under the method's name and None when
-# the method is off: `RLConfig(empg=EMPGConfig(k=2))`, `empg={"k": 2}` or `empg=True` (its
-# defaults) in Python and YAML, `--set empg.k=2` on the command line (which turns EMPG on).  A
-# method without knobs is a bool (mask_void_turns, skip_zero_spread_steps, tool_token_stats).
-
-
-@dataclass
-class DVPConfig(_Validated):
-    """Dynamic Vocabulary Pruning (chapter 6; rl_lab.algos.token_masks.DVP): sampler and trainer
-    both keep only the tokens with p >= min_p * p_max in their own distribution."""
-    min_p: float = 1e-3
-    """The safe set's threshold relative to the most likely token (rl_lab's reading; the paper's
-    exact rule was not available)."""
-
-    def validate(self):
-        _check_range(self, "min_p", lo=0, hi=1, lo_open=True, hi_open=True)
-
-
-@dataclass
-class FilterGroupsConfig(_Validated):
-    """DAPO's dynamic sampling (verl's algorithm.filter_groups; rl_lab.algos.zero_spread): draw
-    max_num_gen_batches x prompts_per_step prompts and train on the first prompts_per_step groups
-    whose rewards differ; skip the step when none do (filter/groups_kept, filter/groups_drawn)."""
-    max_num_gen_batches: int = 3
-    """How many batches of prompts_per_step prompts a step may draw (verl's name; rl_lab draws them
-    in one rollout)."""
-
-    def validate(self):
-        _check_range(self, "max_num_gen_batches", lo=1)
-
-
-@dataclass
-class EMPGConfig(_Validated):
-    """EMPG (rl_lab.algos.empg): scale each model turn's advantage by g(H) = exp(-k H~) / batch mean
-    (H~: the turn's mean token entropy, min-max normalised over the batch), add zeta times the next
-    turn's clarity exp(-k_f H~_next), and whiten over the batch's tokens as `normalize` says."""
-    k: float = 1.0
-    """max g / min g <= e^k."""
-    k_f: float = 1.0
-    """The future-clarity bonus's sharpness."""
-    zeta: float = 0.1
-    """The weight of the future-clarity bonus (0: the scaling alone)."""
-    normalize: str = "sum"
-    """Where the whitening sits (the source's text was not available; both readings): "sum" whitens
-    g A + zeta f (a batch without reward spread still gets a unit-size push from the bonus);
-    "scaled_advantage" whitens g A, then adds zeta f (the bonus keeps its size, at most zeta);
-    "none" whitens nothing."""
-
-    def validate(self):
-        _check_range(self, "k", lo=0, lo_open=True)
-        _check_range(self, "k_f", lo=0)
-        _check_range(self, "zeta", lo=0)
-        _check_choice(self, "normalize", EMPG_NORMALIZE)
-
-
-@dataclass
-class ImitationConfig(_Validated):
-    """Hybrid RL/IL (rl_lab.algos.hybrid.Imitation): add coef times the imitation loss, the mean NLL
-    of the task's own demonstrations for the step's prompts (the warm start's SFT loss)."""
-    coef: float = 0.1
-
-    def validate(self):
-        _check_range(self, "coef", lo=0, lo_open=True)
-
-
-@dataclass
-class TeacherKLConfig(_Validated):
-    """Hybrid RL/IL (rl_lab.algos.hybrid.TeacherKL): add coef times the exact per-token
-    KL(pi || teacher) over the vocabulary on the model's own tokens (the note's dense gradient)."""
-    model: str | None = None
-    """The teacher: "warm-start", a size preset or a local path (as RLConfig.model); it must share
-    the policy's tokenizer."""
-    coef: float = 0.1
-
-    def validate(self):
-        if not self.model:
-            raise ConfigError("TeacherKLConfig.model is not set: name the teacher, e.g. teacher_kl={model: "
-                              "warm-start} (the task's shipped checkpoint) or a local model path")
-        _check_range(self, "coef", lo=0, lo_open=True)
-
-
-@dataclass
-class LengthTriggeredConfig(_Validated):
-    """The length-triggered schedule (chapter 7; rl_lab.schedules): halve the learning rate every
-    decay_period_factor x (surge step) steps once the mean completion length surges.  Filled with
-    its defaults when lr_scheduler_type is "length_triggered"."""
-    baseline_steps: int = 50
-    """The baseline length is the mean over this many first steps."""
-    surge_factor: float = 3.0
-    """A surge is a step whose mean length exceeds this multiple of the baseline."""
-    decay_period_factor: float = 1.8
-    """The decay period is this multiple of the surge step."""
-    min_lr_ratio: float = 0.1
-    """The learning rate never falls below this fraction of learning_rate (verl's name)."""
-
-    def validate(self):
-        _check_range(self, "baseline_steps", lo=1)
-        _check_range(self, "surge_factor", lo=1, lo_open=True)
-        _check_range(self, "decay_period_factor", lo=0, lo_open=True)
-        _check_range(self, "min_lr_ratio", lo=0, hi=1, lo_open=True)
-
-
-METHOD_CONFIGS: dict[str, type] = {"dvp": DVPConfig, "filter_groups": FilterGroupsConfig, "empg": EMPGConfig,
-                                   "imitation": ImitationConfig, "teacher_kl": TeacherKLConfig,
-                                   "length_triggered": LengthTriggeredConfig}
-"""RLConfig's nested configs by field name."""
+METHOD_CONFIGS: dict[str, type] = method_configs()
+"""RLConfig's nested configs by field name (from rl_lab.method_specs.METHOD_SPECS)."""
 
 LEGACY_FIELDS: dict[str, tuple[str, str]] = {
     "dvp_min_p": ("dvp", "min_p"), "max_num_gen_batches": ("filter_groups", "max_num_gen_batches"),
@@ -376,6 +181,9 @@ class RLConfig(_SamplingFields, _Validated):
     """Hybrid RL/IL: an imitation (NLL) term on the task's demonstrations (ImitationConfig); None: off."""
     teacher_kl: TeacherKLConfig | None = None
     """Hybrid RL/IL: a dense per-token KL to a teacher model (TeacherKLConfig); None: off."""
+    extra_methods: dict = field(default_factory=dict)
+    """Methods registered from outside rl_lab (rl_lab.method_specs.register_method), by name: their
+    knobs (a mapping of the method's config, or true for its defaults).  {}: none."""
     # --- off-policy correction hook (rl_lab.corrections; verl's rollout_correction) -------
     rollout_is: str | None = None
     """Importance weights pi/mu between trainer and sampler: None, "token" or "sequence"."""
@@ -574,6 +382,7 @@ class RLConfig(_SamplingFields, _Validated):
             setattr(self, name, value)
         if self.lr_scheduler_type == "length_triggered" and self.length_triggered is None:
             self.length_triggered = LengthTriggeredConfig()
+        self.extra_methods = _coerce_extra_methods(self.extra_methods)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]):
@@ -610,8 +419,48 @@ def _from_legacy(d: dict) -> dict:
     return d
 
 
+def _coerce_extra_methods(value) -> dict:
+    """RLConfig.extra_methods with each registered method's knobs as its config (a mapping or true:
+    its defaults); an unregistered name is an error that lists the registered ones."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"RLConfig.extra_methods={value!r} must be a mapping of method name -> knobs")
+    rows, out = plugin_specs(), {}
+    for name, knobs in value.items():
+        if name not in rows:
+            raise ConfigError(f"RLConfig.extra_methods: no method {name!r} is registered (register_method in "
+                              f"rl_lab.method_specs); registered: {sorted(rows)}")
+        kind = rows[name].config
+        if knobs is True or knobs is None:
+            knobs = {}
+        if kind is None:
+            if knobs not in ({}, ()):
+                raise ConfigError(f"RLConfig.extra_methods.{name}={knobs!r}: this method has no knobs; write true")
+            out[name] = {}
+        elif isinstance(knobs, kind):
+            out[name] = knobs
+        elif isinstance(knobs, dict):
+            try:
+                out[name] = kind.from_dict(knobs)
+            except ConfigError as e:
+                raise ConfigError(f"RLConfig.extra_methods.{name}: {e}") from e
+        else:
+            raise ConfigError(f"RLConfig.extra_methods.{name}={knobs!r}: give {kind.__name__}(...), a mapping "
+                              "of its fields, or true for its defaults")
+    return out
+
+
 def _nest(d: dict) -> dict:
     """{"empg.k": 2} -> {"empg": {"k": 2}}, merged into what `d` gives the nested config."""
+    for key in [k for k in d if isinstance(k, str) and k.startswith("extra_methods.")]:
+        _, name, *knob = key.split(".", 2)
+        methods = d.get("extra_methods")
+        methods = dict(methods) if isinstance(methods, dict) else {}
+        knobs = methods.get(name)
+        knobs = dataclasses.asdict(knobs) if dataclasses.is_dataclass(knobs) else knobs
+        knobs = knobs if isinstance(knobs, dict) else {}
+        value = d.pop(key)
+        methods[name] = {**knobs, knob[0]: value} if knob else value
+        d["extra_methods"] = methods
     for key in [k for k in d if isinstance(k, str) and "." in k]:
         name, knob = key.split(".", 1)
         if name not in METHOD_CONFIGS:

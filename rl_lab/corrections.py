@@ -25,6 +25,8 @@ ch05_rollout_correction.md) derive these.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 
@@ -260,16 +262,107 @@ def safe_vocabulary(logits, min_p: float):
 
 
 # ----------------------------------------------------------------------------- the hook
+@dataclass
+class CorrectionInputs:
+    """What a correction mode reads (B rows, T tokens): log rho = log pi - log mu on the sampled
+    tokens, the mask so far (earlier modes may have removed tokens), the weights so far (None: no
+    mode gave any), the exact per-context KL(mu || pi) when a mode declared it needs it, and the
+    rollout batch (None when called on bare tensors)."""
+    log_ratio: torch.Tensor                  # (B, T)
+    mask: torch.Tensor                       # (B, T)
+    weights: torch.Tensor | None = None      # (B, T), detached
+    token_kl: torch.Tensor | None = None     # (B, T)
+    batch: Any = None                        # rl_lab.engines.rollout.RolloutBatch
+
+
+@dataclass(frozen=True)
+class CorrectionMode:
+    """One stage of the rollout correction, in registration order.  `apply(inputs, config)` returns
+    (weights or None to keep inputs.weights, mask, metrics): weights are detached, a mask only loses
+    tokens, metric names have no prefix.  `config` is the run's RLConfig (or, for a call on bare
+    tensors, an object with the same correction fields)."""
+    name: str
+    active: Callable[[Any], bool]
+    apply: Callable[[CorrectionInputs, Any], tuple]
+    gives_weights: bool = False
+    needs_distributions: Callable[[Any], bool] = lambda config: False
+    """Whether it reads the exact KL, i.e. mu's and pi's full (B, T, V) distributions."""
+
+
+CORRECTION_MODES: list[CorrectionMode] = []
+"""The registered modes, in the order they run: importance weights, rejection, token veto."""
+
+
+def register_correction_mode(mode: CorrectionMode, before: str | None = None) -> CorrectionMode:
+    """Add a mode (at the end, or just before the named one).  The same mode again is a no-op."""
+    names = [m.name for m in CORRECTION_MODES]
+    if mode.name in names:
+        if CORRECTION_MODES[names.index(mode.name)] is mode:
+            return mode
+        raise ConfigError(f"a correction mode named {mode.name!r} is already registered; choose another name")
+    CORRECTION_MODES.insert(names.index(before) if before is not None else len(names), mode)
+    return mode
+
+
+def unregister_correction_mode(name: str) -> None:
+    CORRECTION_MODES[:] = [m for m in CORRECTION_MODES if m.name != name]
+
+
+def _is_mode(x: CorrectionInputs, cfg):
+    weights, metrics = importance_weights(x.log_ratio, x.mask, cfg.rollout_is, cfg.rollout_is_threshold,
+                                          cfg.rollout_is_batch_normalize)
+    return weights, x.mask, metrics
+
+
+def _rs_mode(x: CorrectionInputs, cfg):
+    mask, metrics = rejection_mask(x.log_ratio, x.mask, cfg.rollout_rs, cfg.rollout_rs_threshold, x.token_kl)
+    return None, mask, metrics
+
+
+def _veto_mode(x: CorrectionInputs, cfg):
+    mask, metrics = token_veto_mask(x.log_ratio, x.mask, cfg.rollout_token_veto_threshold)
+    return None, mask, metrics
+
+
+for _mode in (
+    CorrectionMode("importance_weights", lambda c: c.rollout_is is not None and c.rollout_is_threshold is not None,
+                   _is_mode, gives_weights=True),
+    CorrectionMode("rejection", lambda c: c.rollout_rs is not None, _rs_mode,
+                   needs_distributions=lambda c: c.rollout_rs is not None and "_kl" in c.rollout_rs),
+    CorrectionMode("token_veto", lambda c: c.rollout_token_veto_threshold is not None, _veto_mode),
+):
+    register_correction_mode(_mode)
+
+
+@dataclass
+class _CorrectionFields:
+    """rollout_correction's keyword arguments, read by the modes as they read an RLConfig."""
+    rollout_is: str | None = None
+    rollout_is_threshold: Any = 2.0
+    rollout_is_batch_normalize: bool = False
+    rollout_rs: str | None = None
+    rollout_rs_threshold: Any = None
+    rollout_token_veto_threshold: float | None = None
+
+
+def active_modes(config) -> list[CorrectionMode]:
+    """The registered modes the config turns on, in order."""
+    return [m for m in CORRECTION_MODES if m.active(config)]
+
+
 def rollout_correction(old_logp, rollout_logp, mask, rollout_is: str | None = None,
                        rollout_is_threshold=2.0, rollout_is_batch_normalize: bool = False,
                        rollout_rs: str | None = None, rollout_rs_threshold=None,
-                       rollout_token_veto_threshold: float | None = None, token_kl=None):
+                       rollout_token_veto_threshold: float | None = None, token_kl=None, *,
+                       config=None, batch=None):
     """Weights (or None), mask and `rollout_corr/*` metrics for one batch (all (B, T)).
 
     log rho = old_logp - rollout_logp: pi_old/mu in decoupled mode, pi_theta/mu in bypass mode.
     The weights never carry gradient; the mask only loses tokens.  Same contract as verl's
     compute_rollout_correction_and_rejection_mask, except that an empty mask returns no
     metrics instead of raising (a batch whose every sample failed must not crash the run).
+    The registered modes (CORRECTION_MODES) run in order on `config` (an RLConfig), or on the
+    keyword arguments when no config is given.
     """
     if rollout_logp is None:
         raise ConfigError("the rollout correction needs the sampler's log-probs (rollout_logp); this batch "
@@ -278,24 +371,22 @@ def rollout_correction(old_logp, rollout_logp, mask, rollout_is: str | None = No
     if old_logp.shape != rollout_logp.shape or old_logp.shape != mask.shape:
         raise ValueError(f"shapes differ: old_logp {tuple(old_logp.shape)}, rollout_logp "
                          f"{tuple(rollout_logp.shape)}, mask {tuple(mask.shape)}")
+    if config is None:
+        config = _CorrectionFields(rollout_is, rollout_is_threshold, rollout_is_batch_normalize, rollout_rs,
+                                   rollout_rs_threshold, rollout_token_veto_threshold)
+    modes = active_modes(config)
     old_logp = old_logp.detach()
     log_ratio = old_logp - rollout_logp
-    weights, new_mask, metrics = None, mask.clone(), {}
+    x, metrics = CorrectionInputs(log_ratio, mask.clone(), None, token_kl, batch), {}
     if not mask.any():
         zeros = torch.zeros_like(log_ratio)
-        return (zeros if rollout_is is not None else None), new_mask, metrics
-    if rollout_is is not None and rollout_is_threshold is not None:
-        weights, m = importance_weights(log_ratio, mask, rollout_is, rollout_is_threshold,
-                                        rollout_is_batch_normalize)
-        metrics.update(m)
-    if rollout_rs is not None:
-        new_mask, m = rejection_mask(log_ratio, mask, rollout_rs, rollout_rs_threshold, token_kl)
-        metrics.update(m)
-    if rollout_token_veto_threshold is not None:
-        new_mask, m = token_veto_mask(log_ratio, new_mask, rollout_token_veto_threshold)
+        return (zeros if any(m.gives_weights for m in modes) else None), x.mask, metrics
+    for mode in modes:
+        weights, x.mask, m = mode.apply(x, config)
+        x.weights = x.weights if weights is None else weights
         metrics.update(m)
     metrics.update(mismatch_metrics(old_logp, rollout_logp, mask))
-    return weights, new_mask, {f"rollout_corr/{k}": v for k, v in metrics.items()}
+    return x.weights, x.mask, {f"rollout_corr/{k}": v for k, v in metrics.items()}
 
 
 # ----------------------------------------------------------------------------- TRM bounds

@@ -1,4 +1,6 @@
-"""Learning-rate schedules that react to the run: the length-triggered decay of chapter 7.
+"""Learning-rate schedules: the trainer's fixed ones (`scheduled_lr_factor`: warm-up, then constant,
+linear or cosine) and one that reacts to the run, the length-triggered decay of chapter 7 (its
+factor multiplies the fixed schedule's; rl_lab.algos.length_triggered applies it).
 
 *Beyond Precision* (Li et al.) argues that the training-inference mismatch is not a fixed rounding
 artefact: it grows with the optimisation, and shrinking the update size suppresses it.  Their fix
@@ -17,7 +19,22 @@ checkpoint (whose metrics history holds the lengths) continues on the same sched
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
+
+
+def scheduled_lr_factor(config, step: int) -> float:
+    """Multiplier of RLConfig.learning_rate at `step` from the fixed schedule: linear warm-up over
+    warmup_steps (from 1/W), then constant, linear to 0 or cosine to 0 at max_steps.  A schedule that
+    reacts to the run ("length_triggered") is constant here; its method scales this factor."""
+    if step < config.warmup_steps:
+        return (step + 1) / config.warmup_steps
+    frac = (step - config.warmup_steps) / max(1, config.max_steps - config.warmup_steps)
+    if config.lr_scheduler_type == "linear":
+        return max(0.0, 1.0 - frac)
+    if config.lr_scheduler_type == "cosine":
+        return 0.5 * (1 + math.cos(math.pi * min(frac, 1.0)))
+    return 1.0
 
 
 def length_surge_step(mean_lengths: Sequence[float], baseline_steps: int = 50,

@@ -5,7 +5,8 @@ resumes bit for bit.
 
 Off-policy handling follows verl: decoupled mode (three policies; the hook weights and masks
 once per batch with pi_old / mu) or bypass mode (pi_old := mu; recomputed from pi_theta / mu
-at every iteration), with every correction chosen by RLConfig (see rl_lab.corrections).
+at every iteration), one component built from the RLConfig (rl_lab.algos.correction).  Methods
+(rl_lab.method_specs) change the step only through their hooks; the trainer knows none of them.
 
 Faults never crash a step: a reward function that raises or returns NaN/None, NaN/inf
 sampler or trainer log-probs, and empty completions are masked out of the loss and counted
@@ -25,20 +26,18 @@ import numpy as np
 import pandas as pd
 import torch
 
+from rl_lab.algos.correction import Correction
 from rl_lab.algos.estimators import ADV_ESTIMATORS
 from rl_lab.algos.grpo import aggregate_loss, sequence_logprobs
-from rl_lab.algos.method import StepState
+from rl_lab.algos.method import Method, RunContext, StepState
 from rl_lab.algos.methods import build_methods
-from rl_lab.algos.modes import bypass_policy_loss, decoupled_policy_loss
-from rl_lab.algos.token_masks import DVP
 from rl_lab.config import RLConfig, SamplingConfig
-from rl_lab.corrections import rollout_correction, token_kl
 from rl_lab.engines import RolloutEngine, make_engine
-from rl_lab.models import resolve_model
 from rl_lab.engines.rollout import HFEngine, RolloutBatch
 from rl_lab.errors import ConfigError
+from rl_lab.models import resolve_model
 from rl_lab.runs import RunFolder, check_resume_overwrite, load_checkpoint, save_model
-from rl_lab.schedules import length_triggered_lr_factor
+from rl_lab.schedules import scheduled_lr_factor
 from rl_lab.tasks import get_task
 from rl_lab.utils import null_to_nan, pick_device, seed_everything
 
@@ -111,25 +110,28 @@ class Trainer:
             model, tokenizer = resolve_model(cfg.model, cfg.task, seed=cfg.seed)
         self.model, self.tokenizer = model.to(self.device), tokenizer
         self.model.train()
-        self.ref_model = self.teacher = None            # set by the reference-KL / teacher-KL methods
-        self.methods = build_methods(cfg)              # rl_lab.algos.methods, in hook order
+        self.reward_funcs = list(reward_funcs) if reward_funcs is not None else [self.task]
+        self.environment = environment if environment is not None else getattr(self.task, "environment", None)
+        if self.environment is not None and cfg.max_turns is not None:   # K for this run
+            self.environment = dataclasses.replace(self.environment, max_turns=cfg.max_turns)
+        self.methods = build_methods(cfg)              # rl_lab.method_specs' rows, in hook order
+        forward = {k: v for m in self.methods for k, v in m.forward_options().items()}
+        self.run = RunContext(cfg, self.task, self.model, tokenizer, self.device, tuple(self.reward_funcs),
+                              self.environment, forward)
         for method in self.methods:
-            method.setup(self)
+            method.setup(self.run)
+        self.correction = Correction(cfg)              # rl_lab.algos.correction: modes and needs
         self.engine = engine if engine is not None else make_engine(cfg, self.model, tokenizer)
         if not isinstance(self.engine, RolloutEngine):
             missing = [m for m in ("generate", "sync_weights", "supports_episodes", "perturbed", "record_full_logprobs")
                        if not hasattr(self.engine, m)]
             raise ConfigError(f"engine={type(self.engine).__name__} lacks {missing} of rl_lab.engines.RolloutEngine; "
                               "subclass rl_lab.engines.HFEngine, or give it those members")
-        if cfg.rollout_rs is not None and "_kl" in cfg.rollout_rs:  # exact KL needs mu's full distributions
-            self.engine.record_full_logprobs = True
+        if self.correction.needs_distributions or any(m.needs_sampler_distributions for m in self.methods):
+            self.engine.record_full_logprobs = True    # mu's (B, T, V) in every batch
         # evaluation measures the trainer's policy, not a deliberately perturbed sampler
         self.eval_engine = (HFEngine(self.model, tokenizer, cfg.sampler_dtype)
                             if self.engine.perturbed else self.engine)
-        self.reward_funcs = list(reward_funcs) if reward_funcs is not None else [self.task]
-        self.environment = environment if environment is not None else getattr(self.task, "environment", None)
-        if self.environment is not None and cfg.max_turns is not None:   # K for this run
-            self.environment = dataclasses.replace(self.environment, max_turns=cfg.max_turns)
         if self.environment is not None and not self.engine.supports_episodes:
             raise ConfigError(f"multi-turn episodes (an environment) need an engine whose generate() takes "
                               f"environment= (supports_episodes: HFEngine, VLLMEngine); "
@@ -145,26 +147,24 @@ class Trainer:
         self.global_step = 0
         self.num_tokens = 0
         self.history: list[dict] = []
-        self.mean_lengths: list[float] = []   # per step, for lr_scheduler_type="length_triggered"
         self.output_dir = Path(cfg.output_dir) if cfg.output_dir else None
         self.run_folder = RunFolder(self.output_dir) if self.output_dir is not None else None   # rl_lab.runs
         self._continues_output_dir = False   # True once resume() or train() took the folder on
 
     # ------------------------------------------------------------------ schedule
     def _lr_factor(self, step: int) -> float:
-        cfg = self.config
-        if step < cfg.warmup_steps:
-            return (step + 1) / cfg.warmup_steps
-        frac = (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps)
-        if cfg.lr_scheduler_type == "linear":
-            return max(0.0, 1.0 - frac)
-        if cfg.lr_scheduler_type == "cosine":
-            return 0.5 * (1 + math.cos(math.pi * min(frac, 1.0)))
-        if cfg.lr_scheduler_type == "length_triggered":   # from the lengths of the steps before this one
-            lt = cfg.length_triggered
-            return length_triggered_lr_factor(step, self.mean_lengths, lt.baseline_steps, lt.surge_factor,
-                                              lt.decay_period_factor, lt.min_lr_ratio)
-        return 1.0
+        """The fixed schedule's factor (rl_lab.schedules) times every method's lr_scale."""
+        factor = scheduled_lr_factor(self.config, step)
+        for m in self.methods:
+            factor *= m.lr_scale(step)
+        return factor
+
+    def method(self, name: str) -> Method:
+        """The run's method called `name` (e.g. "reference_kl": its `ref_model`)."""
+        for m in self.methods:
+            if m.name == name:
+                return m
+        raise KeyError(f"this run has no method {name!r}; it has {[m.name for m in self.methods]}")
 
     # ------------------------------------------------------------------ one step
     def step(self) -> dict:
@@ -179,7 +179,7 @@ class Trainer:
                                                    **self._episode_kwargs()).to(self.device)
         rows = [e for e in examples for _ in range(cfg.num_generations)]
         rewards, per_func, reward_errors = self._rewards(batch, rows)                   # (B,), NaN on failure
-        s = StepState(self, batch, examples, rows, rewards, batch.completion_mask.bool())  # mask (B, T)
+        s = StepState(self.run, batch, examples, rows, rewards, batch.completion_mask.bool())  # mask (B, T)
         t_rollout = time.perf_counter()
 
         # TRAINER LOG-PROBS (pi), with gradient; the first iteration's copy is pi_old
@@ -189,7 +189,7 @@ class Trainer:
         self._hook("mask_tokens", s)                                       # truncation, DVP
 
         # VALIDITY: mask (and count) rows that cannot be trusted
-        mu = self._sampler_logprobs(batch, s.old_logp)                                   # (B, T)
+        mu = self.correction.sampler_logprobs(batch, s.old_logp)                         # (B, T)
         finite = (torch.isfinite(mu) | ~s.mask).all(-1) & (torch.isfinite(s.old_logp) | ~s.mask).all(-1)
         s.valid = s.trains = torch.isfinite(rewards) & finite & nonempty                # (B,)
         self._hook("filter_rows", s)                                       # SimpleTIR's void filter
@@ -198,11 +198,8 @@ class Trainer:
         s.old_logp_safe = torch.where(s.mask, s.old_logp, torch.zeros_like(s.old_logp))
         s.counted = s.mask.clone()
 
-        # CORRECTION HOOK (decoupled mode): weights and mask from rho = pi_old / mu
-        corr_metrics = {}
-        if not cfg.bypass_mode:
-            s.is_weights, s.mask, corr_metrics = rollout_correction(
-                s.old_logp_safe, s.rollout_logp, s.mask, **self._correction_kwargs(batch, s.logp_all))
+        # CORRECTION HOOK (decoupled mode): weights and mask from rho = pi_old / mu, once
+        corr_metrics = self.correction.per_batch(s)
 
         # ADVANTAGES, per token; like verl they see the corrected mask and weights
         s.advantages = ADV_ESTIMATORS[cfg.advantage_estimator](s)                       # (B, T)
@@ -217,7 +214,7 @@ class Trainer:
             if it > 0:
                 s.logp, s.logp_all = self._logprobs(batch)
             s.logp_safe = torch.where(s.mask, s.logp, torch.zeros_like(s.logp))
-            per_token, pg_metrics, corr_metrics = self._policy_loss(s, corr_metrics)   # sets s.loss_mask
+            per_token, pg_metrics, corr_metrics = self.correction.policy_loss(s, corr_metrics)  # s.loss_mask
             for term in self._hook("token_loss", s):                       # reference KL, teacher KL
                 per_token = per_token + term
             loss = aggregate_loss(per_token, s.loss_mask, cfg.loss_agg_mode, cfg.max_completion_length)
@@ -270,24 +267,6 @@ class Trainer:
         out = [getattr(m, name)(s) for m in self.methods]
         return [r for r in out if r is not None]
 
-    def _policy_loss(self, s: StepState, corr_metrics: dict):
-        """(B, T) PPO/REINFORCE loss of this iteration, its metrics, and the correction's metrics.
-        Decoupled: w = pi_old / mu from the hook, ratio pi_theta / pi_old.  Bypass: pi_old := mu;
-        weights and mask recomputed from pi_theta / mu at every iteration."""
-        cfg, batch = self.config, s.batch
-        clip = dict(loss=cfg.policy_loss, epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high,
-                    clip_ratio_c=cfg.clip_ratio_c)
-        if cfg.bypass_mode:
-            weights, s.loss_mask, corr_metrics = rollout_correction(
-                s.logp_safe.detach(), s.rollout_logp, s.mask, **self._correction_kwargs(batch, s.logp_all))
-            per_token, pg_metrics = bypass_policy_loss(s.logp_safe, s.rollout_logp, s.advantages, s.loss_mask,
-                                                       weights, **clip)
-        else:
-            s.loss_mask = s.mask
-            per_token, pg_metrics = decoupled_policy_loss(s.logp_safe, s.old_logp_safe, s.advantages, s.mask,
-                                                          s.is_weights, **clip)
-        return per_token, pg_metrics, corr_metrics
-
     def _optimizer_step(self, loss, loss_mask) -> tuple[float, float, bool]:
         """Backward, clip, and step: (grad_norm, loss, stepped).  A NaN/inf never reaches the
         weights, and an all-masked batch teaches nothing (AdamW would still move the weights by
@@ -304,13 +283,11 @@ class Trainer:
         return grad_norm, loss_value, False
 
     def _needs_full_logprobs(self) -> bool:
-        """Whether the advantage estimator, a method, or the exact-KL rejection modes read pi's
-        whole distribution per token (`needs_full_logprobs`).  Otherwise no (B, T, V) tensor
-        outlives the backward pass (the graph holds one, as it must)."""
-        cfg = self.config
-        return (ADV_ESTIMATORS[cfg.advantage_estimator].needs_full_logprobs
-                or any(m.needs_full_logprobs for m in self.methods)
-                or (cfg.rollout_rs is not None and "_kl" in cfg.rollout_rs))
+        """Whether the advantage estimator, a method, or the correction reads pi's whole
+        distribution per token.  Otherwise no (B, T, V) tensor outlives the backward pass (the
+        graph holds one, as it must)."""
+        return (ADV_ESTIMATORS[self.config.advantage_estimator].needs_full_logprobs
+                or any(m.needs_full_logprobs for m in self.methods) or self.correction.needs_distributions)
 
     def _logprobs(self, batch: RolloutBatch, full: bool = False):
         """The trainer's log-probs of the batch's tokens (B, T) [and entropy (B, T)], then the
@@ -318,8 +295,8 @@ class Trainer:
         cfg = self.config
         keep_all = self._needs_full_logprobs()
         out = sequence_logprobs(self.model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
-                                cfg.temperature, with_entropy=full, dvp_min_p=DVP.min_p(cfg), return_all=keep_all,
-                                share_prefix=cfg.share_prefix)
+                                cfg.temperature, with_entropy=full, return_all=keep_all,
+                                share_prefix=cfg.share_prefix, **self.run.forward_options)
         out = out if isinstance(out, tuple) else (out,)
         out = out if keep_all else (*out, None)
         return out if full else (out[0], out[-1])
@@ -329,39 +306,15 @@ class Trainer:
         engines without multi-turn support keep working for single-turn tasks)."""
         return {"environment": self.environment} if self.environment is not None else {}
 
-    def _sampler_logprobs(self, batch: RolloutBatch, old_logp):
-        """mu's log-probs; an engine that reports none is allowed only when nothing needs them
-        (then mu := pi_old and the monitors read zero)."""
-        if batch.sampler_logprobs is not None:
-            return batch.sampler_logprobs
-        cfg = self.config
-        if cfg.rollout_is or cfg.rollout_rs or cfg.rollout_token_veto_threshold or cfg.bypass_mode:
-            raise ConfigError("rollout_is / rollout_rs / rollout_token_veto_threshold / bypass_mode need the "
-                              "sampler's log-probs, but the engine returned RolloutBatch.sampler_logprobs=None; "
-                              "set them to None/False or use an engine that reports log-probs")
-        return old_logp
-
-    def _correction_kwargs(self, batch: RolloutBatch, logp_all) -> dict:
-        """The RLConfig's rollout_correction arguments; the exact per-context KL when asked for."""
-        cfg = self.config
-        kl = None
-        if cfg.rollout_rs is not None and "_kl" in cfg.rollout_rs and batch.sampler_logprobs_full is not None:
-            kl = token_kl(batch.sampler_logprobs_full, logp_all.detach())                # (B, T)
-        return dict(rollout_is=cfg.rollout_is, rollout_is_threshold=cfg.rollout_is_threshold,
-                    rollout_is_batch_normalize=cfg.rollout_is_batch_normalize, rollout_rs=cfg.rollout_rs,
-                    rollout_rs_threshold=cfg.rollout_rs_threshold,
-                    rollout_token_veto_threshold=cfg.rollout_token_veto_threshold, token_kl=kl)
-
     def _step_metrics(self, batch, rewards, valid, per_func, reward_errors, counted, entropy, log_ratio,
                       finite, nonempty) -> dict:
         lengths = batch.completion_mask.sum(-1).float()
         self.num_tokens += int(batch.prompt_mask.sum() + batch.completion_mask.sum())
         metrics = {"step": self.global_step}
-        self.mean_lengths.append(lengths.mean().item())
         metrics.update(self._reward_metrics(rewards, batch.group_ids, valid, per_func))
         term = lengths[~batch.is_truncated]
         metrics.update({
-            "completions/mean_length": self.mean_lengths[-1],
+            "completions/mean_length": lengths.mean().item(),
             "completions/min_length": lengths.min().item(),
             "completions/max_length": lengths.max().item(),
             "completions/clipped_ratio": batch.is_truncated.float().mean().item(),
@@ -468,11 +421,11 @@ class Trainer:
         if self.run_folder is None:
             raise ConfigError("save_checkpoint needs RLConfig.output_dir")
         # tensors and plain containers only: resume() reads it with torch.load(weights_only=True)
+        methods = {m.name: m.state_dict() for m in self.methods}
         state = {"global_step": int(self.global_step), "num_tokens": int(self.num_tokens),
-                 "mean_lengths": [float(x) for x in self.mean_lengths],
                  "optimizer": self.optimizer.state_dict(),
                  "rng": self.rng.bit_generator.state, "generator": self.generator.get_state(),
-                 "ref_model": self.ref_model.state_dict() if self.ref_model is not None else None,
+                 "methods": {name: st for name, st in methods.items() if st is not None},
                  "engine": self.engine.state_dict() if hasattr(self.engine, "state_dict") else None}
         return self.run_folder.save_checkpoint(self.global_step, self.model, self.tokenizer, state, keep=keep)
 
@@ -495,12 +448,14 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.rng.bit_generator.state = state["rng"]
         self.generator.set_state(state["generator"].cpu() if self.device.type == "cpu" else state["generator"])
-        if state.get("ref_model") is not None and self.ref_model is not None:
-            self.ref_model.load_state_dict(state["ref_model"])
+        for m in self.methods:   # its entry, or (an earlier checkpoint) its top-level keys
+            own = state.get("methods", {}).get(m.name) or \
+                {k: state[k] for k in m.spec.legacy_checkpoint_keys if state.get(k) is not None} or None
+            if own is not None:
+                m.load_state_dict(own)
         if state.get("engine") is not None and hasattr(self.engine, "load_state_dict"):
             self.engine.load_state_dict(state["engine"])
         self.global_step, self.num_tokens = state["global_step"], state["num_tokens"]
-        self.mean_lengths = list(state.get("mean_lengths", []))[: self.global_step]
         if self.run_folder is not None and self.run_folder.metrics_path.exists():
             self.history = null_to_nan(self.run_folder.trim_metrics(self.global_step))
         return True

@@ -7,6 +7,11 @@ On a machine whose signature (torch version, CPU capability and vendor, one thre
 recording's, every metric of every step and the final weights must be bit-identical.  On another
 signature the CPU rounds differently, samples other tokens and takes another path, so there the
 test checks only that every case runs and logs the same metric names.
+
+A case whose method changed on purpose after a recording is re-recorded where a machine of that
+signature is at hand (the recording's "rerecorded" says from which commit and why), and marked
+"stale" where none is (its names are checked, its values not): the seven tool cases changed with
+SimpleTIR's void turn (939bec2), re-recorded on AMD AVX-512 at afa49dc, stale on AVX2.
 """
 from __future__ import annotations
 
@@ -54,6 +59,8 @@ def test_method_matches_its_golden_run(name, fresh):
     assert len(got["steps"]) == len(want["steps"])
     if not comparable:
         pytest.skip(f"recorded on {rec['signature']}, this machine is {sig}: names checked, values not comparable")
+    if name in rec.get("stale", {}):
+        pytest.skip(f"{golden_methods.golden_path(sig).name}: {rec['stale'][name]}: names checked, values not")
     for i, (g, w) in enumerate(zip(got["steps"], want["steps"])):
         diff = {k: (g[k], w[k]) for k in w if g[k] != w[k]}
         assert not diff, f"step {i + 1}: {diff}"

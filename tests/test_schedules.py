@@ -56,8 +56,9 @@ def test_trainer_applies_the_schedule_from_its_history():
     m = tr.step()
     assert m["learning_rate"] == pytest.approx(1e-3)
     # pretend the second step's completions were three times as long: surge at step 1, period 1
-    assert tr.mean_lengths == [m["completions/mean_length"]]
-    tr.mean_lengths = [1.0, 3.0]
+    lt = tr.method("length_triggered")
+    assert lt.mean_lengths == [m["completions/mean_length"]]
+    lt.mean_lengths = [1.0, 3.0]
     tr.global_step = 2
     m = tr.step()
     assert m["learning_rate"] == pytest.approx(1e-3 * 0.25)   # 0.5 ** floor(2 / 1)

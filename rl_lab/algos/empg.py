@@ -124,10 +124,6 @@ class EMPG(Method):
     """RLConfig.empg (EMPGConfig): each model turn's advantage modulated by its entropy (empg_advantages)."""
     name = "empg"
 
-    @staticmethod
-    def active(config) -> bool:
-        return config.empg is not None
-
     def advantages(self, s: StepState) -> None:
         cfg = self.config
         s.advantages, s.extra["empg_metrics"] = empg_advantages(s.advantages, s.entropy, s.mask, s.batch.turn_ids,

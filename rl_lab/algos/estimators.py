@@ -45,7 +45,7 @@ def optimal_token_baseline(s: StepState):
 
 def _per_turn(name: str):
     def estimate(s: StepState):
-        cfg, t = s.config, s.trainer
+        cfg, t = s.config, s.run
         turn_rewards = task_turn_rewards(t.task, t.reward_funcs, s.batch, s.rows, t.device)
         return token_advantages(name, s.rewards, s.mask, s.batch.group_ids, s.trains, cfg.scale_rewards, cfg.gamma,
                                 turn_ids=s.batch.turn_ids, turn_rewards=turn_rewards)

@@ -63,20 +63,15 @@ class TeacherKL(Method):
     name = "teacher_kl"
     needs_full_logprobs = True
 
-    @staticmethod
-    def active(config) -> bool:
-        return config.teacher_kl is not None
-
-    def setup(self, trainer) -> None:
+    def setup(self, run) -> None:
         from rl_lab.errors import ConfigError
         from rl_lab.models import resolve_model
         cfg = self.config
         teacher, teacher_tok = resolve_model(cfg.teacher_kl.model, cfg.task, seed=cfg.seed)
-        if teacher_tok.get_vocab() != trainer.tokenizer.get_vocab():
+        if teacher_tok.get_vocab() != run.tokenizer.get_vocab():
             raise ConfigError(f"teacher_kl.model={cfg.teacher_kl.model!r} has another tokenizer than the policy: "
                               "a per-token KL needs one vocabulary; choose a teacher trained with the same tokenizer")
-        self.teacher = teacher.to(trainer.device).requires_grad_(False).eval()
-        trainer.teacher = self.teacher
+        self.teacher = teacher.to(run.device).requires_grad_(False).eval()
 
     @torch.no_grad()
     def prepare(self, s: StepState) -> None:
@@ -100,17 +95,13 @@ class Imitation(Method):
     prompts, in the warm start's SFT format (offline imitation beside the RL loss)."""
     name = "imitation"
 
-    @staticmethod
-    def active(config) -> bool:
-        return config.imitation is not None
-
     def prepare(self, s: StepState) -> None:
-        t = s.trainer
+        t = s.run
         s.extra["demos"] = tuple(x.to(t.device) for x in sft_batch(t.tokenizer, t.task, s.examples))
 
     def batch_loss(self, s: StepState):
         input_ids, attention_mask, labels = s.extra["demos"]
-        nll = imitation_nll(s.trainer.model(input_ids=input_ids, attention_mask=attention_mask).logits, labels)
+        nll = imitation_nll(s.run.model(input_ids=input_ids, attention_mask=attention_mask).logits, labels)
         s.extra["il/nll"] = nll.item()
         return self.config.imitation.coef * nll
 

@@ -7,28 +7,28 @@ import copy
 import torch
 
 from rl_lab.algos.grpo import kl_k3, sequence_logprobs
-from rl_lab.algos.method import Method, StepState, masked_token_mean
-from rl_lab.algos.token_masks import DVP
+from rl_lab.algos.method import Method, RunContext, StepState, masked_token_mean
 
 
 class ReferenceKL(Method):
     name = "reference_kl"
 
-    @staticmethod
-    def active(config) -> bool:
-        return config.beta > 0
-
-    def setup(self, trainer) -> None:
+    def setup(self, run: RunContext) -> None:
         """The reference is the policy's weights when the Trainer is built."""
-        self.ref_model = copy.deepcopy(trainer.model).requires_grad_(False).eval()
-        trainer.ref_model = self.ref_model
+        self.ref_model = copy.deepcopy(run.model).requires_grad_(False).eval()
+
+    def state_dict(self) -> dict:
+        return {"ref_model": self.ref_model.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.ref_model.load_state_dict(state["ref_model"])
 
     def prepare(self, s: StepState) -> None:
         cfg, b = self.config, s.batch
         with torch.no_grad():
             s.extra["ref_logp"] = sequence_logprobs(self.ref_model, b.prompt_ids, b.prompt_mask, b.completion_ids,
-                                                    cfg.temperature, dvp_min_p=DVP.min_p(cfg),
-                                                    share_prefix=cfg.share_prefix)        # (B, T)
+                                                    cfg.temperature, share_prefix=cfg.share_prefix,
+                                                    **s.run.forward_options)              # (B, T)
 
     def token_loss(self, s: StepState):
         ref = s.extra["ref_logp"]

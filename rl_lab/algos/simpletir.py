@@ -115,10 +115,6 @@ class VoidFilter(Method):
     single-turn batch's void turn is a truncated completion).  By design, not a fault: filter/."""
     name = "void_filter"
 
-    @staticmethod
-    def active(config) -> bool:
-        return bool(config.mask_void_turns)
-
     def filter_rows(self, s: StepState) -> None:
         b = s.batch
         void = b.has_void_turn if b.has_void_turn is not None else b.is_truncated
@@ -133,10 +129,6 @@ class ToolTokenStats(Method):
     batches only)."""
     name = "tool_token_stats"
     needs_full_logprobs = True
-
-    @staticmethod
-    def active(config) -> bool:
-        return bool(config.tool_token_stats)
 
     def metrics(self, s: StepState) -> dict:
         b = s.batch

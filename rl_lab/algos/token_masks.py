@@ -18,10 +18,6 @@ from rl_lab.algos.method import Method, StepState
 class TruncationMask(Method):
     name = "truncation_mask"
 
-    @staticmethod
-    def active(config) -> bool:
-        return bool(config.mask_truncated_completions)
-
     def mask_tokens(self, s: StepState) -> None:
         s.mask &= ~s.batch.is_truncated[:, None]
 
@@ -29,14 +25,10 @@ class TruncationMask(Method):
 class DVP(Method):
     name = "dvp"
 
-    @staticmethod
-    def active(config) -> bool:
-        return config.dvp is not None
-
-    @staticmethod
-    def min_p(config) -> float:
-        """The trainer's pruning threshold: DVPConfig.min_p, 0 (no pruning) when DVP is off."""
-        return config.dvp.min_p if config.dvp is not None else 0.0
+    def forward_options(self) -> dict:
+        """The trainer's (and the reference's) forward prunes to the safe set p >= min_p * p_max; the
+        sampler prunes too (RLConfig.sampling)."""
+        return {"dvp_min_p": self.knobs.min_p}
 
     def mask_tokens(self, s: StepState) -> None:
         outside = s.mask & torch.isneginf(s.old_logp)                                  # (B, T)

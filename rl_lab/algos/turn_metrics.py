@@ -10,15 +10,11 @@ from rl_lab.tasks import turn_reward_metrics
 class TurnRewardMetrics(Method):
     name = "turn_reward_metrics"
 
-    @staticmethod
-    def active(config) -> bool:
-        return True                     # logs only when the run has an environment
-
     def metrics(self, s: StepState) -> dict:
-        env, out = s.trainer.environment, {}
+        env, out = s.run.environment, {}
         if s.batch.turn_ids is not None and getattr(env, "max_turns", 2) > 1:   # per-turn group sizes
             out.update(turn_group_metrics(s.counted, s.batch.turn_ids, s.batch.group_ids))
         if env is not None:
             columns = {k: [r[k] for r in s.rows] for k in s.rows[0] if k != "prompt"}
-            out.update(turn_reward_metrics(s.trainer.task, s.batch.completions, columns, env.max_turns))
+            out.update(turn_reward_metrics(s.run.task, s.batch.completions, columns, env.max_turns))
         return out

@@ -57,10 +57,6 @@ class ZeroSpreadSkip(Method):
     """RLConfig.skip_zero_spread_steps: no optimizer step when every group's rewards are equal."""
     name = "skip_zero_spread"
 
-    @staticmethod
-    def active(config) -> bool:
-        return bool(config.skip_zero_spread_steps)
-
     def skip_update(self, s: StepState) -> bool:
         skip = not bool((group_spread(s.rewards, s.batch.group_ids, s.trains) > 0).any())
         s.extra["zero_spread_skipped"] = int(skip)
@@ -75,10 +71,6 @@ class DynamicSampling(Method):
     prompts, train on the first prompts_per_step groups whose rewards differ (DAPO's dynamic
     sampling)."""
     name = "filter_groups"
-
-    @staticmethod
-    def active(config) -> bool:
-        return config.filter_groups is not None
 
     def rollout_prompts(self, n: int) -> int:
         return n * self.config.filter_groups.max_num_gen_batches

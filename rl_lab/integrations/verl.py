@@ -34,6 +34,7 @@ import yaml
 from rl_lab.config import RLConfig
 from rl_lab.correction_options import VERL_RS_OPTIONS
 from rl_lab.errors import ConfigError
+from rl_lab.method_specs import METHOD_SPECS, plugin_specs
 
 VERL_VERSION = "0.9.1"
 DUAL_CLIP_OFF = 1.0e10
@@ -79,15 +80,6 @@ def _scale_rewards_to_verl(cfg: RLConfig) -> dict:
     return {"algorithm.norm_adv_by_std_in_grpo": cfg.scale_rewards == "group"}
 
 
-def _kl_to_verl(cfg: RLConfig) -> dict:
-    return {f"{ACTOR}.use_kl_loss": cfg.beta > 0, f"{ACTOR}.kl_loss_coef": float(cfg.beta),
-            f"{ACTOR}.kl_loss_type": "low_var_kl", "algorithm.use_kl_in_reward": False}
-
-
-def _kl_from_verl(flat: dict) -> float:
-    return float(flat[f"{ACTOR}.kl_loss_coef"]) if flat[f"{ACTOR}.use_kl_loss"] else 0.0
-
-
 def _betas_to_verl(cfg: RLConfig) -> dict:
     return {f"{ACTOR}.optim.betas": [cfg.adam_beta1, cfg.adam_beta2]}
 
@@ -123,6 +115,33 @@ def _schedule_to_verl(cfg: RLConfig) -> dict:
 
 def _warmup_to_verl(cfg: RLConfig) -> dict:
     return {f"{ACTOR}.optim.lr_warmup_steps": cfg.warmup_steps, f"{ACTOR}.optim.lr_warmup_steps_ratio": 0.0}
+
+
+def method_rows() -> tuple[FieldMap, ...]:
+    """The rows of the methods' RLConfig fields, from their specs (rl_lab.method_specs): exported with
+    the spec's keys and functions, kept locally, or refused at any value but the method's off value;
+    and `extra_methods`, whose registered methods are each as their own row says."""
+    rows = []
+    for spec in METHOD_SPECS:
+        if spec.field is None:
+            continue
+        v = spec.verl
+        if v.status == "exported":
+            rows.append(FieldMap(spec.field, "exported", v.keys, v.note, v.to, v.back))
+        elif v.status == "local":
+            rows.append(FieldMap(spec.field, "local", note=v.note))
+        else:
+            rows.append(_refused(spec.field, v.note, lambda value, off=spec.off: value == off and
+                                 type(value) is type(off)))
+    rows.append(_refused("extra_methods", "registered methods (rl_lab.method_specs.register_method) are exported "
+                         "as their rows say; this run has one whose row says verl cannot run it",
+                         _extra_methods_exportable))
+    return tuple(rows)
+
+
+def _extra_methods_exportable(value: dict) -> bool:
+    rows = plugin_specs()
+    return all(name in rows and rows[name].verl.status == "local" for name in value)
 
 
 _E = "exported"
@@ -189,22 +208,8 @@ VERL_FIELD_MAP: tuple[FieldMap, ...] = (
     _row("clip_ratio_c", f"{ACTOR}.clip_ratio_c", f"None (off) is written as {DUAL_CLIP_OFF:g}, a cap that never binds",
          to=lambda v: DUAL_CLIP_OFF if v is None else v, back=lambda v: None if v >= DUAL_CLIP_OFF else v),
     _row("num_iterations", f"{ACTOR}.ppo_epochs", "optimizer passes over each batch"),
-    FieldMap("beta", _E, (f"{ACTOR}.use_kl_loss", f"{ACTOR}.kl_loss_coef", f"{ACTOR}.kl_loss_type",
-                          "algorithm.use_kl_in_reward"),
-             "KL in the loss, k3 (verl's low_var_kl, clamped to [-10, 10]); beta = 0 turns it off",
-             _kl_to_verl, _kl_from_verl),
-    _refused("mask_truncated_completions", "verl 0.9.1 has no loss mask for truncated completions",
-             lambda v: v is False),
-    _refused("mask_void_turns", "SimpleTIR's void-turn filter lives in its own verl fork, not in verl 0.9.1",
-             lambda v: v is False),
-    _refused("tool_token_stats", "rl_lab's SimpleTIR measurement (a metric verl 0.9.1 does not log)",
-             lambda v: v is False),
-    _refused("empg", "verl 0.9.1 has no entropy-modulated advantage (EMPG)", lambda v: v is None),
-    _refused("skip_zero_spread_steps", "verl 0.9.1 always takes the optimizer step", lambda v: v is False),
-    _refused("filter_groups", "verl 0.9.1 filters zero-spread groups (algorithm.filter_groups) only in its v1 "
-             "trainer's replay buffer, which refills evicted groups; the export does not set it", lambda v: v is None),
-    _refused("imitation", "verl 0.9.1's actor has no imitation (SFT) term in the RL loss", lambda v: v is None),
-    _refused("teacher_kl", "verl 0.9.1 has no KL to a teacher model (only to its reference)", lambda v: v is None),
+    # --- the methods: one row each from rl_lab.method_specs (their `verl` entry) ----------------------
+    *method_rows(),
     # --- off-policy correction: algorithm.rollout_correction ------------------------------------------
     _row("rollout_is", f"{RC}.rollout_is", "None, token or sequence"),
     _row("rollout_is_threshold", f"{RC}.rollout_is_threshold", "a float (TIS) or 'lo_hi' (IcePop)"),
@@ -215,8 +220,6 @@ VERL_FIELD_MAP: tuple[FieldMap, ...] = (
     _refused("rollout_token_veto_threshold", "verl removed the token veto in PR #4544; use "
              "rollout_rs='seq_max_k2' (TRM's max criterion) instead", lambda v: v is None),
     _row("bypass_mode", f"{RC}.bypass_mode", "pi_old := mu (two policies)"),
-    _refused("dvp", "Dynamic Vocabulary Pruning is rl_lab's own (chapter 6): verl's sampler and trainer "
-             "do not prune", lambda v: v is None),
     # --- optimisation -------------------------------------------------------------------------------
     _row("learning_rate", f"{ACTOR}.optim.lr", "AdamW"),
     FieldMap("adam_beta1", _E, (f"{ACTOR}.optim.betas",), "betas[0]", _betas_to_verl,
@@ -234,9 +237,6 @@ VERL_FIELD_MAP: tuple[FieldMap, ...] = (
     FieldMap("warmup_steps", _E, (f"{ACTOR}.optim.lr_warmup_steps", f"{ACTOR}.optim.lr_warmup_steps_ratio"),
              "linear warm-up; verl's starts at 0/W, rl_lab's at 1/W (one step apart)", _warmup_to_verl,
              lambda flat: max(0, flat[f"{ACTOR}.optim.lr_warmup_steps"])),
-    FieldMap("length_triggered", "local", note="only read by lr_scheduler_type=length_triggered (refused); "
-             "its min_lr_ratio is not verl's: the cosine export sets verl's min_lr_ratio to 0 (rl_lab's cosine "
-             "ends at 0)"),
     # --- run ------------------------------------------------------------------------------------------
     _row("max_steps", "trainer.total_training_steps", "optimizer steps = batches"),
     _row("seed", "data.seed", "the data loader's seed; the exported training prompts are rl_lab's own prompt "
@@ -274,9 +274,10 @@ def check_exportable(cfg: RLConfig) -> None:
     problems = []
     for row in VERL_FIELD_MAP:
         if row.status == "refused" and not row.allowed(getattr(cfg, row.field)):
-            default = {f.name: f for f in dataclasses.fields(RLConfig)}[row.field]
+            f = {f.name: f for f in dataclasses.fields(RLConfig)}[row.field]
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
             problems.append(f"RLConfig.{row.field}={getattr(cfg, row.field)!r}: {row.note} "
-                            f"(set it to {default.default!r} to export)")
+                            f"(set it to {default!r} to export)")
     from rl_lab.tasks import get_task
     if getattr(get_task(cfg.task, **cfg.task_kwargs), "environment", None) is not None:
         problems.append(f"RLConfig.task={cfg.task!r} is a tool task (multi-turn episodes with a calculator): "
@@ -316,7 +317,8 @@ def config_overrides(cfg: RLConfig) -> dict[str, Any]:
 
 def local_fields(cfg: RLConfig) -> dict[str, Any]:
     """The fields verl does not read (files, local, refused-at-their-off-value), for the round trip."""
-    return {row.field: getattr(cfg, row.field) for row in VERL_FIELD_MAP if row.status != "exported"}
+    plain = cfg.to_dict()   # nested configs as mappings, as YAML can hold them
+    return {row.field: plain[row.field] for row in VERL_FIELD_MAP if row.status != "exported"}
 
 
 def config_from_verl(flat: dict[str, Any], local: dict[str, Any]) -> RLConfig:
