@@ -195,6 +195,34 @@ def test_static_decoder_steps_keep_their_shapes_and_stop_at_the_end(fresh_tiny):
         dec.step(torch.tensor([8, 9]), pos[:, -1] + 3)
 
 
+def test_both_decoders_give_the_same_logits_and_the_hugging_face_one_restores_training_mode(fresh_tiny):
+    """HFEngine.generate runs one loop over either decoder (rl_lab.engines.rollout.Decoder): each
+    prompt prefilled once for its rows, then one token per step, to the same logits.
+    HFCacheDecoder runs the model in eval mode; `close` restores its training mode."""
+    from rl_lab.engines.fast_decode import StaticDecoder
+    from rl_lab.engines.rollout import HFCacheDecoder
+
+    model, _ = fresh_tiny
+    model.train()
+    ids = torch.tensor([[3, 4, 5], [0, 6, 7]])                          # (N, P), left-padded
+    mask = (ids != 0).long()
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    n, T = 2, 3
+    static, hf = StaticDecoder(model, 2 * n, 3 + T), HFCacheDecoder(model, 2 * n, 3 + T)
+    assert not model.training
+    logits = [static.prefill(ids, mask, pos, repeats=n), hf.prefill(ids, mask, pos, repeats=n)]
+    next_pos = pos[:, -1].repeat_interleave(n) + 1                      # (B,)
+    for t in range(T + 1):
+        assert logits[0].shape == logits[1].shape == (2 * n, model.config.vocab_size)
+        assert (logits[0] - logits[1]).abs().max().item() < 1e-5
+        if t < T:
+            tokens = torch.tensor([8, 9, 10, 11])
+            logits = [static.step(tokens, next_pos + t), hf.step(tokens, next_pos + t)]
+    static.close()
+    hf.close()
+    assert model.training
+
+
 def test_static_decoder_declines_what_it_does_not_implement(fresh_tiny):
     from rl_lab.engines.fast_decode import StaticDecoder, supports
 

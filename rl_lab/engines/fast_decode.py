@@ -13,8 +13,9 @@ CPU's cache, a step multiplies each weight by the rows rather than the rows by t
 (`WEIGHTS_FIRST_BYTES`: the same products, in half the time at 30M).  The weights
 are the model's, read when the decoder is built: a synced, quantised or stale sampler copy is
 used as it is.  `supports(model)` says when it applies; `HFEngine` falls back to the Hugging Face
-forward otherwise.  tests/test_rollout.py checks it against that forward (log-probs to 1e-5,
-same tokens, fp32 and bf16, Qwen2 and Llama).
+forward otherwise (`rl_lab.engines.rollout.HFCacheDecoder`, the same `Decoder` interface).
+tests/test_rollout.py checks it against that forward (log-probs to 1e-5, same tokens, fp32 and
+bf16, Qwen2 and Llama).
 
     dec = StaticDecoder(model, batch_size=B, max_len=P + T)
     logits = dec.prefill(prompt_ids, prompt_mask, positions)   # (B, V), last prompt position
@@ -260,7 +261,8 @@ def prefill_forward(w: Weights, k_cache, v_cache, ids, positions, mask, repeats:
 
 
 class StaticDecoder:
-    """Prefill + one-token steps on a preallocated cache of shape (L, B, Hkv, max_len, D).
+    """Prefill + one-token steps on a preallocated cache of shape (L, B, Hkv, max_len, D)
+    (rl_lab.engines.rollout.Decoder).
     key_block: a step attends over the filled positions rounded up to this many (`KEY_BLOCK`);
     key_block >= max_len attends over the whole cache at every step."""
 
@@ -307,3 +309,6 @@ class StaticDecoder:
                              self.indices[self.length], tokens, positions)
         self.length += 1
         return logits
+
+    def close(self) -> None:
+        """Nothing to restore: the decoder reads the weights and calls no dropout."""

@@ -6,7 +6,9 @@ top-p.  The trainer later recomputes pi on the same tokens; the gap between the 
 training-inference mismatch this book is about.
 
 Any engine implements `generate(prompts, n, sampling) -> RolloutBatch` and
-`sync_weights(model)`.  `HFEngine` is a KV-cached sampling loop on Hugging Face models.
+`sync_weights(model)`.  `HFEngine` is a KV-cached sampling loop on Hugging Face models: one loop
+over a `Decoder` (prefill, then one token per step), the static-cache `StaticDecoder` for
+Qwen2/Llama or `HFCacheDecoder` (the Hugging Face forward) for any causal LM.
 
 Chapter 1 (book/ch01_rl_on_one_page.md, "Why the two log-probs") explains why the engine returns them.
 """
@@ -146,9 +148,9 @@ class HFEngine:
     engine samples from the trainer's own module: no copy, no sync.  Otherwise it keeps its
     own copy in `dtype` and `sync_weights(model)` copies the trainer's weights in memory.
     Qwen2/Llama models decode through `rl_lab.engines.fast_decode.StaticDecoder` (a preallocated cache,
-    the model's own modules; set `fast = False` for the Hugging Face forward, the reference it is
-    tested against).  With `record_full_logprobs` each batch also carries the sampler's full (B, T, V)
-    log-distributions (for exact per-context divergences).  Subclasses perturb the sampler
+    the model's own modules; set `fast = False` for `HFCacheDecoder`, the Hugging Face forward, the
+    reference it is tested against).  With `record_full_logprobs` each batch also carries the
+    sampler's full (B, T, V) log-distributions (for exact per-context divergences).  Subclasses perturb the sampler
     through `perturb_logits` and `sync_weights` (see rl_lab.engines.injectors).
     """
     supports_episodes = True     # rl_lab.engines.rollout.RolloutEngine
@@ -192,19 +194,22 @@ class HFEngine:
         for name, p in self.model.named_parameters():
             p.copy_(src[name].detach())
 
+    def _decoder(self, batch_size: int, max_len: int) -> Decoder:
+        """The static-cache decoder for a Qwen2/Llama model (same modules and math, no per-call HF
+        overhead), unless `fast` is off; else the Hugging Face forward."""
+        if self.fast and supports(self.model):
+            return StaticDecoder(self.model, batch_size, max_len)
+        return HFCacheDecoder(self.model, batch_size, max_len)
+
     @torch.no_grad()
     def generate(self, prompts: list[str], n: int, sampling: SamplingConfig,
                  generator: torch.Generator | None = None, environment=None) -> RolloutBatch:
         """n completions per prompt.  With an `environment` (rl_lab.agents.ToolEnvironment) each
         completion is a multi-turn episode: where a row's turn ends with a tool call, the tool's
         output is appended token by token (not sampled: log-prob 0, completion_mask 0)."""
-        tok, model = self.tokenizer, self.model
-        device = next(model.parameters()).device
+        tok = self.tokenizer
+        device = next(self.model.parameters()).device
         generator = generator_on(device, generator)    # e.g. a CUDA trainer's generator, a CPU sampler
-        fast = self.fast and supports(model)   # same modules and math, no per-call HF overhead
-        was_training = model.training
-        if not fast:   # the fast path calls no dropout: nothing to switch
-            model.eval()
         rows = [p for p in prompts for _ in range(n)]
         enc = tok(prompts, return_tensors="pt", padding=True)              # each prompt once
         prompt_ids = enc["input_ids"].to(device).repeat_interleave(n, 0)   # (B, P)
@@ -218,21 +223,12 @@ class HFEngine:
         completion_mask = torch.zeros((B, T), dtype=torch.long, device=device)
         finished = torch.zeros(B, dtype=torch.bool, device=device)
         positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)              # (B, P)
-        episodes = environment.start(B, tok) if environment is not None else None
+        turns = EnvironmentTurns(environment, B, tok)
 
-        # prefill: one forward over the prompt, keep only the last position's logits
-        P = prompt_ids.shape[1]
-        next_pos = positions[:, -1:] + 1                                   # (B, 1)
-        if fast:
-            decoder = StaticDecoder(model, B, P + T)   # each prompt prefilled once for its n rows
-            logits = decoder.prefill(prompt_ids[::n], prompt_mask[::n], positions[::n], repeats=n)  # (B, V)
-        else:
-            decoder, cache_arg = None, cache_argument(model)
-            attn = torch.ones((B, P + T), dtype=torch.long, device=device)
-            attn[:, :P] = prompt_mask                                      # (B, P+T)
-            out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions,
-                        use_cache=True, logits_to_keep=1)
-            cache, logits = returned_cache(out), out.logits[:, -1]
+        # prefill: each prompt once for its n rows, only the last position's logits
+        next_pos = positions[:, -1] + 1                                    # (B,)
+        decoder = self._decoder(B, prompt_ids.shape[1] + T)
+        logits = decoder.prefill(prompt_ids[::n], prompt_mask[::n], positions[::n], repeats=n)  # (B, V)
         for t in range(T):
             if t < sampling.min_tokens:   # vLLM's min_tokens: no <eos> yet
                 logits = logits.index_fill(-1, torch.tensor([eos], device=device), float("-inf"))
@@ -240,50 +236,130 @@ class HFEngine:
             if full is not None:
                 full.append(logp)
             tokens, token_logp = sample_tokens(logp, generator)            # (B,), (B,)
-            sampled = ~finished
-            if episodes is not None:   # rows in an environment turn take its next token instead
-                tokens, token_logp, sampled = self._environment_turns(episodes, tokens, token_logp, sampled)
+            # rows in an environment turn take its next token instead
+            tokens, token_logp, sampled = turns.override(tokens, token_logp, ~finished)
             completion_ids[:, t] = tokens.masked_fill_(finished, pad)      # rows already done: pad
             sampler_logprobs[:, t] = token_logp.masked_fill_(finished, 0.0)
             completion_mask[:, t] = sampled
-            if episodes is not None:
-                episodes.observe(t, completion_ids[:, t].tolist(), sampled.tolist(), (~sampled & ~finished).tolist())
+            turns.observe(t, completion_ids[:, t], sampled, finished)
             finished |= (tokens == eos) & sampled
-            if episodes is not None and episodes.env.failure_rate > 0:   # a failed call ended the episode
-                finished |= episodes.ended_rows(device)
+            turns.end_rows(finished)                                       # a failed call ended the episode
             if finished.all() or t == T - 1:
                 break
-            if decoder is not None:
-                logits = decoder.step(completion_ids[:, t], next_pos[:, 0])
-            else:
-                out = model(input_ids=completion_ids[:, t : t + 1], attention_mask=attn[:, : P + t + 1],
-                            position_ids=next_pos, use_cache=True, **{cache_arg: cache})
-                cache, logits = returned_cache(out), out.logits[:, -1]
+            logits = decoder.step(completion_ids[:, t], next_pos)          # (B, V)
             next_pos = next_pos + 1
+        decoder.close()
 
-        if not fast:
-            model.train(was_training)
         has_eos = ((completion_ids == eos) & completion_mask.bool()).any(-1)
         texts = tok.batch_decode(completion_ids.tolist(), skip_special_tokens=True)
         group_ids = torch.arange(len(prompts), device=device).repeat_interleave(n)
         if full is not None:  # (B, T, V); positions after the last step repeat nothing: zeros
             full = torch.stack(full, 1)
             full = torch.cat([full, full.new_zeros(B, T - full.shape[1], full.shape[-1])], 1)
-        env_mask = turn_ids = episode_metrics = void = None
-        if episodes is not None:
-            env_mask, turn_ids, episode_metrics = episodes.finish(T, has_eos)
-            void = episodes.void_rows(has_eos)
-        ended = episodes.ended_rows(device) if episodes is not None else torch.zeros_like(has_eos)
-        return RolloutBatch(rows, prompt_ids, prompt_mask, completion_ids, completion_mask, sampler_logprobs,
-                            texts, ~has_eos & ~ended, group_ids, full, env_mask, turn_ids, episode_metrics, void)
+        episode_fields, ended = turns.finish(T, has_eos)
+        return RolloutBatch(prompts=rows, prompt_ids=prompt_ids, prompt_mask=prompt_mask,
+                            completion_ids=completion_ids, completion_mask=completion_mask,
+                            sampler_logprobs=sampler_logprobs, completions=texts,
+                            is_truncated=~has_eos & ~ended, group_ids=group_ids,
+                            sampler_logprobs_full=full, **episode_fields)
 
-    @staticmethod
-    def _environment_turns(episodes, tokens, token_logp, sampled):
+
+class Decoder(Protocol):
+    """What HFEngine.generate asks of a decoder: next-token logits, one new token per row.
+    `StaticDecoder` (rl_lab.engines.fast_decode) and `HFCacheDecoder` implement it."""
+
+    def prefill(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, positions: torch.Tensor,
+                repeats: int = 1) -> torch.Tensor:
+        """prompt_ids, prompt_mask, positions: (N, P) left-padded, N = B / repeats distinct prompts,
+        each for `repeats` consecutive rows -> (B, V) logits at the last prompt position."""
+
+    def step(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """tokens (B,), positions (B,) of the new tokens -> (B, V) next-token logits."""
+
+    def close(self) -> None:
+        """Sampling is over: restore what the decoder changed on the model."""
+
+
+class HFCacheDecoder:
+    """`Decoder` on the Hugging Face forward with its own dynamic key/value cache: any causal LM,
+    and the reference the static decoder is tested against.  The model is in eval mode (no
+    dropout) from construction until `close`, which restores its training mode."""
+
+    def __init__(self, model: torch.nn.Module, batch_size: int, max_len: int):
+        self.model, self.batch_size, self.max_len = model, batch_size, max_len
+        self.was_training = model.training
+        model.eval()
+        self.cache_arg = cache_argument(model)     # past_key_values or (transformers 5) cache
+        self.cache = self.attn = None
+        self.length = 0                            # positions in the cache
+
+    def prefill(self, prompt_ids, prompt_mask, positions, repeats: int = 1):
+        """Every row's prompt through the forward (the HF cache holds one row per row) -> (B, V)."""
+        prompt_ids, prompt_mask, positions = (x.repeat_interleave(repeats, 0)          # (B, P) each
+                                              for x in (prompt_ids, prompt_mask, positions))
+        B, P = prompt_ids.shape
+        if B != self.batch_size:
+            raise ValueError(f"prefill: {B // repeats} prompts x repeats={repeats} != batch size {self.batch_size}")
+        self.attn = torch.ones((B, self.max_len), dtype=torch.long, device=prompt_ids.device)
+        self.attn[:, :P] = prompt_mask                                     # (B, P + T): 1 past the prompt
+        out = self.model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=positions,
+                         use_cache=True, logits_to_keep=1)
+        self.length = P
+        return self._logits(out)
+
+    def step(self, tokens, positions):
+        """tokens (B,), positions (B,) of the new tokens -> (B, V) next-token logits."""
+        self.length += 1
+        out = self.model(input_ids=tokens[:, None], attention_mask=self.attn[:, : self.length],
+                         position_ids=positions[:, None], use_cache=True, **{self.cache_arg: self.cache})
+        return self._logits(out)
+
+    def _logits(self, out):
+        self.cache = returned_cache(out)
+        return out.logits[:, -1]                                           # (B, V)
+
+    def close(self) -> None:
+        """Restore the model's training mode."""
+        self.model.train(self.was_training)
+
+
+class EnvironmentTurns:
+    """HFEngine.generate's side of a batch of multi-turn episodes (rl_lab.agents.episodes): the
+    environment's tokens in place of sampled ones, the turns recorded, the rows it ended.  With no
+    environment every method leaves the batch as it is."""
+
+    def __init__(self, environment, batch_size: int, tokenizer):
+        self.episodes = environment.start(batch_size, tokenizer) if environment is not None else None
+
+    def override(self, tokens, token_logp, sampled):
         """Replace the sampled token by the environment's next one in rows that are in an
         environment turn: such a token is not sampled (log mu := 0, mask 0)."""
-        forced = episodes.next_tokens(tokens.device)
+        forced = self.episodes.next_tokens(tokens.device) if self.episodes is not None else None
         if forced is None:
             return tokens, token_logp, sampled
         env_tokens, is_env = forced
         return (torch.where(is_env, env_tokens, tokens), token_logp.masked_fill(is_env, 0.0),
                 sampled & ~is_env)
+
+    def observe(self, t: int, tokens, sampled, finished) -> None:
+        """Record the (B,) tokens written at position t: sampled ones, and the environment's in
+        rows neither sampled nor finished (this runs the tools of turns that end with a call)."""
+        if self.episodes is not None:
+            self.episodes.observe(t, tokens.tolist(), sampled.tolist(), (~sampled & ~finished).tolist())
+
+    def end_rows(self, finished) -> None:
+        """finished (B,) |= the rows whose episode a failed tool call ended, in place."""
+        if self.episodes is not None and self.episodes.env.failure_rate > 0:
+            finished |= self.episodes.ended_rows(finished.device)
+
+    def finish(self, T: int, has_eos) -> tuple[dict, torch.Tensor]:
+        """Once sampling is over, has_eos (B,): (the RolloutBatch's episode fields env_mask,
+        turn_ids, episode_metrics, has_void_turn, all None without an environment;
+        (B,) bool, the rows the environment ended)."""
+        if self.episodes is None:
+            return dict(env_mask=None, turn_ids=None, episode_metrics=None, has_void_turn=None), \
+                torch.zeros_like(has_eos)
+        env_mask, turn_ids, episode_metrics = self.episodes.finish(T, has_eos)
+        episode_fields = dict(env_mask=env_mask, turn_ids=turn_ids, episode_metrics=episode_metrics,
+                              has_void_turn=self.episodes.void_rows(has_eos))
+        return episode_fields, self.episodes.ended_rows(has_eos.device)

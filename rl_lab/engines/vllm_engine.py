@@ -314,9 +314,11 @@ class VLLMEngine:
             env_mask, turn_ids, episode_metrics = episodes.finish(T, has_eos)
             void = episodes.void_rows(has_eos)
         ended = episodes.ended_rows() if episodes is not None else torch.zeros_like(has_eos)
-        return RolloutBatch([p for p in prompts for _ in range(n)], ids.repeat_interleave(n, 0),
-                            am.repeat_interleave(n, 0), completion_ids, completion_mask, sampler_logprobs,
-                            texts, ~has_eos & ~ended, torch.arange(len(prompts)).repeat_interleave(n),
+        return RolloutBatch(prompts=[p for p in prompts for _ in range(n)], prompt_ids=ids.repeat_interleave(n, 0),
+                            prompt_mask=am.repeat_interleave(n, 0), completion_ids=completion_ids,
+                            completion_mask=completion_mask, sampler_logprobs=sampler_logprobs,
+                            completions=texts, is_truncated=~has_eos & ~ended,
+                            group_ids=torch.arange(len(prompts)).repeat_interleave(n),
                             env_mask=env_mask, turn_ids=turn_ids, episode_metrics=episode_metrics,
                             has_void_turn=void)
 
