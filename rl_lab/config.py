@@ -3,8 +3,9 @@
 Field names follow TRL's `GRPOConfig` (num_generations, max_completion_length, temperature,
 top_p, top_k, epsilon, epsilon_high, num_iterations, beta, scale_rewards,
 mask_truncated_completions) and verl's actor / `algorithm.rollout_correction` configs
-(loss_agg_mode, clip_ratio_c, rollout_is, rollout_is_threshold, rollout_is_batch_normalize,
-rollout_rs, rollout_rs_threshold, bypass_mode, gamma) where the concept is the same.
+(loss_agg_mode, clip_ratio_c, gamma, and `rollout_correction` = verl's algorithm.rollout_correction:
+rollout_is, rollout_is_threshold, rollout_is_batch_normalize, rollout_rs, rollout_rs_threshold,
+bypass_mode) where the concept is the same.
 
 Chapter 1 lists the fields of a run; chapter 5 maps the correction fields to verl's.
 """
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rl_lab.config_checks import _check_choice, _check_min_tokens, _check_range, _check_types, _Validated  # noqa: F401
-from rl_lab.correction_options import IS_LEVELS, parse_is_threshold, parse_rs
+from rl_lab.correction_options import CORRECTION_FIELDS, IS_LEVELS, CorrectionConfig  # noqa: F401 - re-exported
 from rl_lab.errors import ConfigError
 from rl_lab.method_specs import (EMPG_NORMALIZE, DVPConfig, EMPGConfig, FilterGroupsConfig,  # noqa: F401 - re-exported
                                  ImitationConfig, LengthTriggeredConfig, TeacherKLConfig, method_configs, plugin_specs)
@@ -29,7 +30,6 @@ LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-to
 SCALE_REWARDS = ("group", "batch", "none")
 ADV_ESTIMATORS = ("grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline",
                   "optimal_token_baseline", "trloo", "grpo_per_turn")
-ROLLOUT_IS = (None, *IS_LEVELS)
 SAMPLER_QUANTIZATION = (None, "int8")
 SCHEDULERS = ("constant", "linear", "cosine", "length_triggered")
 
@@ -184,23 +184,11 @@ class RLConfig(_SamplingFields, _Validated):
     extra_methods: dict = field(default_factory=dict)
     """Methods registered from outside rl_lab (rl_lab.method_specs.register_method), by name: their
     knobs (a mapping of the method's config, or true for its defaults).  {}: none."""
-    # --- off-policy correction hook (rl_lab.corrections; verl's rollout_correction) -------
-    rollout_is: str | None = None
-    """Importance weights pi/mu between trainer and sampler: None, "token" or "sequence"."""
-    rollout_is_threshold: float | str = 2.0
-    """Truncation C of the importance weights (TIS), or "lo_hi" (IcePop: zero outside [lo, hi])."""
-    rollout_is_batch_normalize: bool = False
-    """Divide the weights by their batch mean (self-normalised IS)."""
-    rollout_rs: str | None = None
-    """Rejection (masking), comma-separated options from rl_lab.corrections.RS_OPTIONS, e.g.
-    "seq_mean_k1" (Geo-Mask), "seq_sum_k1" (Seq-MIS), "seq_mean_k3,seq_max_k2" (TRM)."""
-    rollout_rs_threshold: float | str | None = None
-    """One threshold per rollout_rs option (comma-separated): "lo_hi" for k1, U for k2/k3/kl."""
-    rollout_token_veto_threshold: float | None = None
-    """Drop a sequence if any token has pi/mu below this (verl's veto before PR #4544)."""
-    bypass_mode: bool = False
-    """False: decoupled PPO with three policies (mu, pi_old, pi_theta); True: pi_old := mu, and
-    weights and masks are recomputed from pi_theta/mu at every iteration (verl's bypass_mode)."""
+    # --- off-policy correction hook (rl_lab.algos.correction; verl's rollout_correction) ---
+    rollout_correction: CorrectionConfig = field(default_factory=CorrectionConfig)
+    """Importance weights, rejection and the operating mode between sampler and trainer
+    (CorrectionConfig: verl's algorithm.rollout_correction, the same names); all off by default.
+    `rollout_correction={"rollout_is": "token"}`, `--set rollout_correction.rollout_is=token`."""
     dvp: DVPConfig | None = None
     """Dynamic Vocabulary Pruning in sampler and trainer (DVPConfig); None: off."""
     # --- optimisation -------------------------------------------------------------------
@@ -261,8 +249,9 @@ class RLConfig(_SamplingFields, _Validated):
                 raise ConfigError(f"use_vllm=True cannot be combined with {', '.join(injectors)}: those "
                                   "injectors perturb the Hugging Face engine; set use_vllm=False or "
                                   "turn them off")
-            if self.rollout_rs is not None and "_kl" in self.rollout_rs:
-                raise ConfigError(f"rollout_rs={self.rollout_rs!r} needs the sampler's full distributions, "
+            rs = self.rollout_correction.rollout_rs
+            if rs is not None and "_kl" in rs:
+                raise ConfigError(f"rollout_correction.rollout_rs={rs!r} needs the sampler's full distributions, "
                                   "which vLLM does not return; use a k1/k2/k3 option or use_vllm=False")
         _check_choice(self, "advantage_estimator", ADV_ESTIMATORS)
         _check_range(self, "gamma", lo=0, hi=1)
@@ -275,7 +264,6 @@ class RLConfig(_SamplingFields, _Validated):
         if self.clip_ratio_c is not None:
             _check_range(self, "clip_ratio_c", lo=1, lo_open=True)
         _check_range(self, "beta", lo=0)
-        self._validate_correction()
         _check_range(self, "learning_rate", lo=0)   # 0 freezes the policy: a paired control run
         _check_range(self, "adam_beta1", lo=0, hi=1, hi_open=True)
         _check_range(self, "adam_beta2", lo=0, hi=1, hi_open=True)
@@ -290,8 +278,6 @@ class RLConfig(_SamplingFields, _Validated):
             raise ConfigError("RLConfig.save_steps > 0 needs output_dir (where to write checkpoints)")
 
     INERT = (
-        (("rollout_is_threshold", "rollout_is_batch_normalize"), lambda c: c.rollout_is is None, "rollout_is is None"),
-        (("rollout_rs_threshold",), lambda c: c.rollout_rs is None, "rollout_rs is None"),
         (("length_triggered",), lambda c: c.lr_scheduler_type != "length_triggered",
          "lr_scheduler_type is not length_triggered"),
     )
@@ -334,16 +320,15 @@ class RLConfig(_SamplingFields, _Validated):
                               f"{self.task!r} episode (call, tool output and answer: up to {need} tokens with "
                               f"<eos>); set max_completion_length >= {need}")
 
-    def _validate_correction(self):
-        _check_choice(self, "rollout_is", ROLLOUT_IS)
-        parse_is_threshold(self.rollout_is_threshold)
-        if self.rollout_rs is not None:
-            parse_rs(self.rollout_rs, self.rollout_rs_threshold)
-        if self.rollout_token_veto_threshold is not None:
-            _check_range(self, "rollout_token_veto_threshold", lo=0, hi=1, lo_open=True, hi_open=True)
-        for name in ("rollout_is_batch_normalize", "bypass_mode"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"RLConfig.{name}={getattr(self, name)!r} must be True or False")
+    def replace(self, **changes):
+        """A copy with some fields changed (validated); a correction option may be given by its own
+        name (`replace(rollout_is="token")`): it changes that option of rollout_correction."""
+        flat = {k: changes.pop(k) for k in list(changes) if k in CORRECTION_FIELDS}
+        if flat:
+            rc = changes.get("rollout_correction", self.rollout_correction)
+            rc = _coerce_correction(rc)
+            changes["rollout_correction"] = dataclasses.replace(rc, **flat)
+        return super().replace(**changes)
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as plain data (nested configs as mappings), in reading order: the sampling
@@ -382,6 +367,7 @@ class RLConfig(_SamplingFields, _Validated):
             setattr(self, name, value)
         if self.lr_scheduler_type == "length_triggered" and self.length_triggered is None:
             self.length_triggered = LengthTriggeredConfig()
+        self.rollout_correction = _coerce_correction(self.rollout_correction)
         self.extra_methods = _coerce_extra_methods(self.extra_methods)
 
     @classmethod
@@ -392,15 +378,44 @@ class RLConfig(_SamplingFields, _Validated):
         return super().from_dict(_nest(_from_legacy(dict(d))))
 
 
+def _flat_correction_init(init):
+    """RLConfig(rollout_is="token", ...): the correction's flat fields of earlier versions, in
+    Python too, read into rollout_correction with the same ConfigWarning as in a config.yaml."""
+    import functools
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        if any(k in CORRECTION_FIELDS for k in kwargs):
+            kwargs = _from_legacy({k: v for k, v in kwargs.items() if k in CORRECTION_FIELDS or
+                                   k == "rollout_correction"}) | {k: v for k, v in kwargs.items()
+                                                                  if k not in CORRECTION_FIELDS and
+                                                                  k != "rollout_correction"}
+        init(self, *args, **kwargs)
+    return __init__
+
+
+RLConfig.__init__ = _flat_correction_init(RLConfig.__init__)
+
+
 def _from_legacy(d: dict) -> dict:
-    """Earlier versions' flat method fields (LEGACY_FIELDS) into their nested configs, where that
-    method was on (the others were inert, and go); one ConfigWarning names the renames."""
-    old = {k: d.pop(k) for k in list(d) if k in LEGACY_FIELDS}
-    if not old:
-        return d
+    """Earlier versions' flat fields into their nested configs: the correction's (CORRECTION_FIELDS)
+    into rollout_correction, the methods' (LEGACY_FIELDS) where that method was on (the others were
+    inert, and go); a ConfigWarning names the renames."""
     import warnings
 
     from rl_lab.errors import ConfigWarning
+    flat = {k: d.pop(k) for k in list(d) if k in CORRECTION_FIELDS}
+    if flat:   # before issue 51: the correction's fields at the top level
+        nested = d.get("rollout_correction")
+        nested = dataclasses.asdict(nested) if dataclasses.is_dataclass(nested) else nested
+        d["rollout_correction"] = {**flat, **(nested if isinstance(nested, dict) else {})}
+        warnings.warn("RLConfig fields of an earlier rl_lab read into rollout_correction: "
+                      + ", ".join(f"{k} -> rollout_correction.{k}" for k in flat)
+                      + " (write them that way, as verl's algorithm.rollout_correction does)", ConfigWarning,
+                      stacklevel=4)
+    old = {k: d.pop(k) for k in list(d) if k in LEGACY_FIELDS}
+    if not old:
+        return d
 
     def positive(key):
         value = old.get(key)
@@ -417,6 +432,21 @@ def _from_legacy(d: dict) -> dict:
                   + ", ".join(f"{k} -> {'.'.join(LEGACY_FIELDS[k])}" for k in old)
                   + " (write them that way; an option that was off is left off)", ConfigWarning, stacklevel=4)
     return d
+
+
+def _coerce_correction(value) -> CorrectionConfig:
+    """RLConfig.rollout_correction from an instance, a mapping of its fields, or None (all off)."""
+    if isinstance(value, CorrectionConfig):
+        return value
+    if value is None:
+        return CorrectionConfig()
+    if isinstance(value, dict):
+        try:
+            return CorrectionConfig.from_dict(value)
+        except ConfigError as e:
+            raise ConfigError(f"RLConfig.rollout_correction: {e}") from e
+    raise ConfigError(f"RLConfig.rollout_correction={value!r}: give CorrectionConfig(...) or a mapping of its "
+                      f"fields ({list(CORRECTION_FIELDS)}), e.g. {{rollout_is: token}}")
 
 
 def _coerce_extra_methods(value) -> dict:
@@ -463,9 +493,9 @@ def _nest(d: dict) -> dict:
         d["extra_methods"] = methods
     for key in [k for k in d if isinstance(k, str) and "." in k]:
         name, knob = key.split(".", 1)
-        if name not in METHOD_CONFIGS:
+        if name not in METHOD_CONFIGS and name != "rollout_correction":
             raise ConfigError(f"RLConfig field {key!r}: only a nested config takes a dotted key "
-                              f"({sorted(METHOD_CONFIGS)}); write {name!r} without a dot")
+                              f"({sorted([*METHOD_CONFIGS, 'rollout_correction'])}); write {name!r} without a dot")
         nested = d.get(name)
         if nested is False:
             raise ConfigError(f"RLConfig: {name}=false (off) and {key} both given; drop one")

@@ -1,9 +1,14 @@
-"""The rollout-correction options a config names, and their parsing: what `RLConfig` checks and
-the verl export translates, without torch (rl_lab.corrections, which computes the corrections,
-imports torch; it re-exports these names).
+"""The rollout-correction options a config names, their parsing, and `CorrectionConfig` (RLConfig's
+`rollout_correction`, verl's `algorithm.rollout_correction`): what a config checks and the verl
+export translates, without torch (rl_lab.corrections, which computes the corrections, imports
+torch; it re-exports the option names).
 """
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass, field
+
+from rl_lab.config_checks import _check_choice, _check_range, _Validated
 from rl_lab.errors import ConfigError
 
 IS_LEVELS = ("token", "sequence")
@@ -69,3 +74,59 @@ def parse_rs(rollout_rs: str, rollout_rs_threshold) -> dict[str, tuple[float | N
             raise ConfigError(f"rollout_rs_threshold entry {s!r} for option {o!r} is invalid: need {need}")
         out[o] = (lo, hi)
     return out
+
+
+@dataclass
+class CorrectionConfig(_Validated):
+    """The rollout correction between the sampler mu and the trainer pi (RLConfig.rollout_correction;
+    verl 0.9.1's algorithm.rollout_correction, the same names; chapter 5).  Every option off (the
+    default): no weights, no rejection, decoupled PPO; the mismatch monitors still log."""
+    rollout_is: str | None = None
+    """Importance weights pi/mu between trainer and sampler: None, "token" or "sequence"."""
+    rollout_is_threshold: float | str = 2.0
+    """Truncation C of the importance weights (TIS), or "lo_hi" (IcePop: zero outside [lo, hi])."""
+    rollout_is_batch_normalize: bool = False
+    """Divide the weights by their batch mean (self-normalised IS)."""
+    rollout_rs: str | None = None
+    """Rejection (masking), comma-separated options from rl_lab.corrections.RS_OPTIONS, e.g.
+    "seq_mean_k1" (Geo-Mask), "seq_sum_k1" (Seq-MIS), "seq_mean_k3,seq_max_k2" (TRM)."""
+    rollout_rs_threshold: float | str | None = None
+    """One threshold per rollout_rs option (comma-separated): "lo_hi" for k1, U for k2/k3/kl."""
+    rollout_token_veto_threshold: float | None = None
+    """Drop a sequence if any token has pi/mu below this (verl's veto before PR #4544)."""
+    bypass_mode: bool = False
+    """False: decoupled PPO with three policies (mu, pi_old, pi_theta); True: pi_old := mu, and
+    weights and masks are recomputed from pi_theta/mu at every iteration (verl's bypass_mode)."""
+    extra_modes: dict = field(default_factory=dict)
+    """Correction modes registered from outside rl_lab (rl_lab.corrections.register_correction_mode),
+    by name: their knobs (a mapping).  {}: none."""
+
+    INERT = ((("rollout_is_threshold", "rollout_is_batch_normalize"), "rollout_is", "rollout_is is None"),
+             (("rollout_rs_threshold",), "rollout_rs", "rollout_rs is None"))
+    """Knobs that only one option reads: (knobs, that option, why).  Setting one away from its
+    default while the option is off is a ConfigWarning, not a silent no-op."""
+
+    def validate(self):
+        _check_choice(self, "rollout_is", (None, *IS_LEVELS))
+        parse_is_threshold(self.rollout_is_threshold)
+        if self.rollout_rs is not None:
+            parse_rs(self.rollout_rs, self.rollout_rs_threshold)
+        if self.rollout_token_veto_threshold is not None:
+            _check_range(self, "rollout_token_veto_threshold", lo=0, hi=1, lo_open=True, hi_open=True)
+        self._warn_inert()
+
+    def _warn_inert(self):
+        import warnings
+
+        from rl_lab.errors import ConfigWarning
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for names, option, why in self.INERT:
+            changed = [n for n in names if getattr(self, n) != defaults[n]]
+            if getattr(self, option) is None and changed:
+                warnings.warn(f"rollout_correction.{', '.join(f'{n}={getattr(self, n)!r}' for n in changed)} "
+                              f"has no effect: {why}", ConfigWarning, stacklevel=6)
+
+
+CORRECTION_FIELDS = tuple(f.name for f in dataclasses.fields(CorrectionConfig))
+"""CorrectionConfig's fields: RLConfig's flat fields of the same names before issue 51, read with a
+ConfigWarning into rollout_correction."""

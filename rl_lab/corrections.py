@@ -25,7 +25,7 @@ ch05_rollout_correction.md) derive these.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -33,8 +33,8 @@ import torch
 from rl_lab.errors import ConfigError
 from rl_lab.monitors import SAFETY_BOUND, masked_mean, masked_sum, mismatch_metrics
 
-from rl_lab.correction_options import (EXACT_RS_OPTIONS, IS_LEVELS, RS_LEVELS, RS_OPTIONS,  # noqa: F401 - re-exported
-                                       VERL_RS_OPTIONS, parse_is_threshold, parse_rs)
+from rl_lab.correction_options import (CORRECTION_FIELDS, EXACT_RS_OPTIONS, IS_LEVELS,  # noqa: F401 - re-exported
+                                       RS_LEVELS, RS_OPTIONS, VERL_RS_OPTIONS, parse_is_threshold, parse_rs)
 
 
 # ----------------------------------------------------------------------------- IS weights
@@ -279,14 +279,19 @@ class CorrectionInputs:
 class CorrectionMode:
     """One stage of the rollout correction, in registration order.  `apply(inputs, config)` returns
     (weights or None to keep inputs.weights, mask, metrics): weights are detached, a mask only loses
-    tokens, metric names have no prefix.  `config` is the run's RLConfig (or, for a call on bare
-    tensors, an object with the same correction fields)."""
+    tokens, metric names have no prefix.  `config` is the run's CorrectionConfig (RLConfig.
+    rollout_correction; for a call on bare tensors, an object with the same fields).  A mode
+    registered from outside is on when its name is in config.extra_modes, which holds its knobs."""
     name: str
-    active: Callable[[Any], bool]
     apply: Callable[[CorrectionInputs, Any], tuple]
+    active: Callable[[Any], bool] | None = None
+    """config -> on?  None: `name in config.extra_modes`."""
     gives_weights: bool = False
     needs_distributions: Callable[[Any], bool] = lambda config: False
     """Whether it reads the exact KL, i.e. mu's and pi's full (B, T, V) distributions."""
+
+    def is_active(self, config) -> bool:
+        return self.active(config) if self.active is not None else self.name in (config.extra_modes or {})
 
 
 CORRECTION_MODES: list[CorrectionMode] = []
@@ -325,11 +330,11 @@ def _veto_mode(x: CorrectionInputs, cfg):
 
 
 for _mode in (
-    CorrectionMode("importance_weights", lambda c: c.rollout_is is not None and c.rollout_is_threshold is not None,
-                   _is_mode, gives_weights=True),
-    CorrectionMode("rejection", lambda c: c.rollout_rs is not None, _rs_mode,
+    CorrectionMode("importance_weights", _is_mode,
+                   lambda c: c.rollout_is is not None and c.rollout_is_threshold is not None, gives_weights=True),
+    CorrectionMode("rejection", _rs_mode, lambda c: c.rollout_rs is not None,
                    needs_distributions=lambda c: c.rollout_rs is not None and "_kl" in c.rollout_rs),
-    CorrectionMode("token_veto", lambda c: c.rollout_token_veto_threshold is not None, _veto_mode),
+    CorrectionMode("token_veto", _veto_mode, lambda c: c.rollout_token_veto_threshold is not None),
 ):
     register_correction_mode(_mode)
 
@@ -343,11 +348,12 @@ class _CorrectionFields:
     rollout_rs: str | None = None
     rollout_rs_threshold: Any = None
     rollout_token_veto_threshold: float | None = None
+    extra_modes: dict = field(default_factory=dict)
 
 
 def active_modes(config) -> list[CorrectionMode]:
-    """The registered modes the config turns on, in order."""
-    return [m for m in CORRECTION_MODES if m.active(config)]
+    """The registered modes a CorrectionConfig turns on, in order."""
+    return [m for m in CORRECTION_MODES if m.is_active(config)]
 
 
 def rollout_correction(old_logp, rollout_logp, mask, rollout_is: str | None = None,
@@ -361,8 +367,8 @@ def rollout_correction(old_logp, rollout_logp, mask, rollout_is: str | None = No
     The weights never carry gradient; the mask only loses tokens.  Same contract as verl's
     compute_rollout_correction_and_rejection_mask, except that an empty mask returns no
     metrics instead of raising (a batch whose every sample failed must not crash the run).
-    The registered modes (CORRECTION_MODES) run in order on `config` (an RLConfig), or on the
-    keyword arguments when no config is given.
+    The registered modes (CORRECTION_MODES) run in order on `config` (a CorrectionConfig), or on
+    the keyword arguments when no config is given.
     """
     if rollout_logp is None:
         raise ConfigError("the rollout correction needs the sampler's log-probs (rollout_logp); this batch "
@@ -427,8 +433,16 @@ def trust_region_bounds(T: int, delta: float, eps: float | None = None, kl_seq: 
 
 
 # ----------------------------------------------------------------------------- presets
-def _preset(source: str, verl: str | None, **config) -> dict:
-    return {"source": source, "verl": verl, "config": config}
+def _preset(source: str, verl: str | None, **fields) -> dict:
+    """A named correction: its source, verl's preset name, and the RLConfig fields (the correction's
+    own under rollout_correction)."""
+    return {"source": source, "verl": verl, "config": _nested(fields)}
+
+
+def _nested(fields: dict) -> dict:
+    """RLConfig fields with the correction's options (CORRECTION_FIELDS) under rollout_correction."""
+    rc = {k: fields.pop(k) for k in list(fields) if k in CORRECTION_FIELDS}
+    return {**fields, "rollout_correction": rc} if rc else fields
 
 
 _GEO, _K3 = dict(rollout_rs="seq_mean_k1", rollout_rs_threshold="0.999_1.001"), \
@@ -486,7 +500,10 @@ CORRECTION_PRESETS: dict[str, dict] = {
 
 
 def correction_preset(name: str, **overrides) -> dict:
-    """RLConfig fields of a named correction, e.g. get_preset(**correction_preset("Seq-MIS"))."""
+    """RLConfig fields of a named correction, e.g. get_preset(**correction_preset("Seq-MIS")); an
+    override of a correction option (rollout_is_threshold=3.0) changes it in rollout_correction."""
     if name not in CORRECTION_PRESETS:
         raise ConfigError(f"correction preset {name!r} is unknown; choose one of {list(CORRECTION_PRESETS)}")
-    return {**CORRECTION_PRESETS[name]["config"], **overrides}
+    base, extra = CORRECTION_PRESETS[name]["config"], _nested(dict(overrides))
+    rc = {**base.get("rollout_correction", {}), **extra.pop("rollout_correction", {})}
+    return {**base, **extra, **({"rollout_correction": rc} if rc else {})}

@@ -102,7 +102,7 @@ class Trainer:
             raise ConfigError(f"Trainer needs an RLConfig, got {type(config).__name__}")
         if (model is None) != (tokenizer is None):
             raise ConfigError("pass both model= and tokenizer=, or neither (then config.model is used)")
-        self.config = cfg = config
+        self.config = cfg = config                     # and the rollout correction (rl_lab.algos.correction)
         self.device = pick_device(cfg.device)
         seed_everything(cfg.seed)
         self.task = task if task is not None else get_task(cfg.task, **cfg.task_kwargs)
@@ -120,7 +120,6 @@ class Trainer:
                               self.environment, forward)
         for method in self.methods:
             method.setup(self.run)
-        self.correction = Correction(cfg)              # rl_lab.algos.correction: modes and needs
         self.engine = engine if engine is not None else make_engine(cfg, self.model, tokenizer)
         if not isinstance(self.engine, RolloutEngine):
             missing = [m for m in ("generate", "sync_weights", "supports_episodes", "perturbed", "record_full_logprobs")
@@ -150,6 +149,17 @@ class Trainer:
         self.output_dir = Path(cfg.output_dir) if cfg.output_dir else None
         self.run_folder = RunFolder(self.output_dir) if self.output_dir is not None else None   # rl_lab.runs
         self._continues_output_dir = False   # True once resume() or train() took the folder on
+
+    @property
+    def config(self) -> RLConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: RLConfig) -> None:
+        """A new config takes effect at the next step for the schedule, the loss and the rollout
+        correction (rebuilt from it); the methods and the engine keep the ones they were built with."""
+        self._config = config
+        self.correction = Correction(config)
 
     # ------------------------------------------------------------------ schedule
     def _lr_factor(self, step: int) -> float:

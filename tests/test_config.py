@@ -148,13 +148,13 @@ def test_a_field_without_effect_is_a_warning():
 
     from rl_lab.errors import ConfigWarning
     with pytest.warns(ConfigWarning, match=r"rollout_rs_threshold='0.5_2' has no effect: rollout_rs is None"):
-        RLConfig(rollout_rs_threshold="0.5_2")
+        RLConfig(rollout_correction={"rollout_rs_threshold": "0.5_2"})
     with pytest.warns(ConfigWarning, match="length_triggered=.* has no effect"):
         RLConfig(length_triggered={"surge_factor": 2.0})
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConfigWarning)       # the option on, or the default: no warning
         RLConfig(empg={"k": 2.0}, task="multiplication_tool")
-        RLConfig(rollout_is="token", rollout_is_threshold=3.0)
+        RLConfig(rollout_correction={"rollout_is": "token", "rollout_is_threshold": 3.0})
         RLConfig(lr_scheduler_type="length_triggered", length_triggered={"surge_factor": 2.0})
         RLConfig()
 
@@ -251,3 +251,40 @@ def test_resuming_changes_a_nested_knob_only_with_set(tmp_path):
     (tmp_path / "c.yaml").write_text("empg: {k: 3.0}\n")
     with pytest.raises(ConfigError, match=r"empg.k 2.0 -> 3.0.*--set empg.k=3.0"):
         resume_config(args(config=str(tmp_path / "c.yaml")))
+
+
+def test_the_correction_is_one_nested_config_as_verl_has_it():
+    """RLConfig.rollout_correction (verl's algorithm.rollout_correction); the flat fields of earlier
+    versions load into it with a ConfigWarning, from Python, a config.yaml or --set, so old run
+    folders resume; a dotted key sets one knob."""
+    from rl_lab.config import CorrectionConfig
+    from rl_lab.errors import ConfigWarning
+    assert RLConfig().rollout_correction == CorrectionConfig()
+    new = RLConfig(rollout_correction={"rollout_is": "token", "bypass_mode": True})
+    assert RLConfig.from_dict({"rollout_correction.rollout_is": "token", "rollout_correction.bypass_mode": True}) == new
+    with pytest.warns(ConfigWarning, match="rollout_is -> rollout_correction.rollout_is"):
+        assert RLConfig(rollout_is="token", bypass_mode=True) == new
+    with pytest.warns(ConfigWarning, match="bypass_mode -> rollout_correction.bypass_mode"):
+        assert RLConfig.from_dict({"rollout_is": "token", "bypass_mode": True}) == new
+    assert new.replace(rollout_is="sequence").rollout_correction.rollout_is == "sequence"
+    with pytest.raises(ConfigError, match="CorrectionConfig.rollout_is='tok'"):
+        RLConfig(rollout_correction={"rollout_is": "tok"})
+    with pytest.raises(ConfigError, match="unknown CorrectionConfig field"):
+        RLConfig(rollout_correction={"rollout_iss": "token"})
+
+
+def test_an_old_run_folder_with_flat_correction_fields_resumes(tmp_path):
+    """A config.yaml written before the nested correction: read back, it is the same run (no
+    config change is reported)."""
+    import yaml
+
+    from rl_lab.errors import ConfigWarning
+    from rl_lab.runs import RunFolder
+    cfg = RLConfig(model="0.3M", rollout_correction={"rollout_is": "sequence", "rollout_rs": "seq_mean_k1",
+                                                     "rollout_rs_threshold": "0.9_1.1"}, output_dir=str(tmp_path))
+    old = cfg.to_dict()
+    old.update(old.pop("rollout_correction"))
+    old.pop("extra_modes")
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(old, sort_keys=False))
+    with pytest.warns(ConfigWarning, match="rollout_correction"):
+        assert RunFolder(tmp_path).config_changes(cfg) == {}

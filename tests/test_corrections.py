@@ -222,7 +222,8 @@ def test_presets_are_valid_configs():
     for name, preset in CORRECTION_PRESETS.items():
         RLConfig(**preset["config"])                                  # validates
         assert preset["source"]
-    assert correction_preset("Seq-MIS", rollout_is_threshold=3.0)["rollout_is_threshold"] == 3.0
+    assert correction_preset("Seq-MIS", rollout_is_threshold=3.0)["rollout_correction"]["rollout_is_threshold"] == 3.0
+    assert correction_preset("Seq-MIS", rollout_is_threshold=3.0)["rollout_correction"]["rollout_rs"] == "seq_sum_k1"
     with pytest.raises(ConfigError, match="Seq-TIS"):
         correction_preset("seq-tis")
 

@@ -30,8 +30,9 @@ def _one_step(**changes):
 @pytest.mark.parametrize("engine", [dict(), dict(sampler_dtype="bfloat16"), dict(sampler_dtype="float16"),
                                     dict(sampler_staleness=2), dict(sampler_logit_noise=0.5),
                                     dict(sampler_quantization="int8"), dict(sampler_temperature=1.3),
-                                    dict(min_p=0.1), dict(rollout_rs="seq_mean_k1,token_kl",
-                                                          rollout_rs_threshold="0.5_2.0,0.5")])
+                                    dict(min_p=0.1),
+                                    dict(rollout_correction=dict(rollout_rs="seq_mean_k1,token_kl",
+                                                                 rollout_rs_threshold="0.5_2.0,0.5"))])
 def test_one_step_per_engine(engine):
     _one_step(**engine)
 
@@ -39,14 +40,16 @@ def test_one_step_per_engine(engine):
 @pytest.mark.cuda
 @pytest.mark.parametrize("estimator", ADV_ESTIMATORS)
 def test_one_step_per_estimator(estimator):
-    _one_step(advantage_estimator=estimator, sampler_dtype="bfloat16", rollout_is="sequence")
+    _one_step(advantage_estimator=estimator, sampler_dtype="bfloat16", rollout_correction=dict(rollout_is="sequence"))
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("mode", [dict(bypass_mode=False, num_iterations=2), dict(bypass_mode=True)])
 def test_one_step_per_correction_mode(mode):
-    _one_step(sampler_dtype="bfloat16", rollout_is="token", rollout_rs="seq_sum_k1",
-              rollout_rs_threshold="0.5_2.0", **mode)
+    mode = dict(mode)
+    _one_step(sampler_dtype="bfloat16", num_iterations=mode.pop("num_iterations", 1),
+              rollout_correction=dict(rollout_is="token", rollout_rs="seq_sum_k1", rollout_rs_threshold="0.5_2.0",
+                                      **mode))
 
 
 @pytest.mark.cuda

@@ -35,7 +35,8 @@ def test_the_public_names_still_load_on_first_use():
 def test_a_checked_config_for_every_task_loads_neither():
     code = ("import sys; from rl_lab.config import RLConfig, get_preset; from rl_lab.tasks import TASKS\n"
             "for name in TASKS:\n"
-            "    RLConfig(task=name, rollout_is='token', rollout_rs='seq_mean_k3,token_k1', rollout_rs_threshold='2,0.5_2')\n"
+            "    RLConfig(task=name, rollout_correction=dict(rollout_is='token', rollout_rs='seq_mean_k3,token_k1', "
+            "rollout_rs_threshold='2,0.5_2'))\n"
             "get_preset('smoke', task='multiplication_tool', max_turns=2)\n"
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

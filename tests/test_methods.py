@@ -20,8 +20,9 @@ from rl_lab.config import ADV_ESTIMATORS as CONFIG_ESTIMATORS
 from rl_lab.config import METHOD_CONFIGS
 from rl_lab.method_specs import METHOD_SPECS, MethodSpec, local, register_method, unregister_method
 
-CORRECTION_FIELDS = ("rollout_is", "rollout_is_threshold", "rollout_is_batch_normalize", "rollout_rs",
-                     "rollout_rs_threshold", "rollout_token_veto_threshold", "bypass_mode")
+CORRECTION_FIELDS = ("rollout_correction", "rollout_is", "rollout_is_threshold", "rollout_is_batch_normalize",
+                     "rollout_rs", "rollout_rs_threshold", "rollout_token_veto_threshold", "bypass_mode",
+                     "extra_modes")
 METHOD_NAMES = ("DVP", "ReferenceKL", "TeacherKL", "Imitation", "EMPG", "VoidFilter", "DynamicSampling",
                 "ZeroSpreadSkip", "TruncationMask", "ToolTokenStats", "LengthTriggered", "ref_model", "teacher",
                 "mean_lengths", "_kl", "length_triggered", "advantage_estimator ==")
@@ -199,13 +200,14 @@ def test_a_correction_mode_is_one_registered_function():
 
     def row_cap(x, cfg):
         worst = (x.log_ratio.abs() * x.mask).amax(-1)                                  # (B,)
-        keep = worst <= 1e-9
+        keep = worst <= cfg.extra_modes["row_cap"]["bound"]
         return None, x.mask & keep[:, None], {"row_cap_fraction": 1 - keep.float().mean().item()}
 
-    register_correction_mode(CorrectionMode("row_cap", lambda cfg: cfg.sampler_logit_noise > 0, row_cap))
+    register_correction_mode(CorrectionMode("row_cap", row_cap))
     try:
         cfg = RLConfig(model="0.3M", prompts_per_step=2, num_generations=2, max_completion_length=4, max_steps=1,
-                       sampler_logit_noise=1.0, progress_bar=False)
+                       sampler_logit_noise=1.0, rollout_correction={"extra_modes": {"row_cap": {"bound": 1e-9}}},
+                       progress_bar=False)
         tr = Trainer(cfg)
         assert tr.correction.needs_sampler_logprobs and [m.name for m in tr.correction.modes] == ["row_cap"]
         m = tr.step()

@@ -22,6 +22,7 @@ def effective_weights(fields) -> torch.Tensor:
     log_ratio = log_rho[:, None] * split[None]                         # (B, T), rows sum to log rho
     rollout = torch.full((len(RHOS), T), -1.0, dtype=torch.float64)    # log mu
     mask = torch.ones(len(RHOS), T, dtype=torch.bool)
+    fields = fields.get("rollout_correction", fields)                   # a preset's RLConfig fields, or the knobs
     weights, kept, _ = rollout_correction(rollout + log_ratio, rollout, mask, **fields)
     per_token = weights * kept                                         # (B, T)
     assert torch.allclose(per_token, per_token[:, :1].expand_as(per_token)), "one weight a sequence"
@@ -35,8 +36,8 @@ def test_one_sided_spelling_is_the_posts_rule():
 
 def test_verl_preset_is_the_two_sided_band():
     fields = correction_preset("Seq-MIS")
-    assert fields == dict(rollout_is="sequence", rollout_is_threshold=2.0, rollout_rs="seq_sum_k1",
-                          rollout_rs_threshold="0.5_2.0")
+    assert fields == dict(rollout_correction=dict(rollout_is="sequence", rollout_is_threshold=2.0,
+                                                  rollout_rs="seq_sum_k1", rollout_rs_threshold="0.5_2.0"))
     expected = torch.tensor([r if 0.5 <= r <= 2 else 0.0 for r in RHOS], dtype=torch.float64)
     assert torch.allclose(effective_weights(fields), expected, rtol=1e-9)
 

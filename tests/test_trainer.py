@@ -8,7 +8,6 @@ import torch
 from rl_lab import RLConfig, Trainer
 from rl_lab.config import ConfigError, get_preset
 from rl_lab.engines.rollout import HFEngine
-from rl_lab.algos.correction import Correction
 from rl_lab.trainer import TIMING_KEYS, call_reward_funcs
 from rl_lab.utils import read_jsonl
 
@@ -135,7 +134,6 @@ def test_an_all_rejected_batch_skips_the_step_and_keeps_the_weights():
     assert tr.step()["faults/skipped_steps"] == 0                       # builds Adam momentum
     before = _weights(tr.model)
     tr.config = tr.config.replace(rollout_rs="seq_max_k2", rollout_rs_threshold=1e-12)
-    tr.correction = Correction(tr.config)                                # built from the config
     m = tr.step()
     assert m["rollout_corr/rollout_rs_seq_masked_fraction"] == 1.0
     assert m["loss"] == 0.0 and m["faults/skipped_steps"] == 1

@@ -158,6 +158,11 @@ def _verl_presets():
     return {p["verl"]: name for name, p in CORRECTION_PRESETS.items() if p["verl"]}
 
 
+def _flat(fields: dict) -> dict:
+    """A preset's RLConfig fields with rollout_correction's knobs at the top level, as verl's names."""
+    return {**{k: v for k, v in fields.items() if k != "rollout_correction"}, **fields.get("rollout_correction", {})}
+
+
 def test_presets_match_verl():
     """Every named preset that cites a verl preset sets exactly verl's fields."""
     presets = _verl_presets()
@@ -166,7 +171,7 @@ def test_presets_match_verl():
     assert set(verl_names) == set(presets), set(verl_names) ^ set(presets)
     for verl_name, ours in presets.items():
         v = getattr(RolloutCorrectionConfig, verl_name)()
-        c = CORRECTION_PRESETS[ours]["config"]
+        c = _flat(CORRECTION_PRESETS[ours]["config"])
         assert c.get("rollout_is") == v.rollout_is, verl_name
         if v.rollout_is is not None:
             assert str(c["rollout_is_threshold"]) == str(v.rollout_is_threshold), verl_name
@@ -184,7 +189,7 @@ def test_rollout_correction_entry_point_for_every_verl_preset(case):
     _, old, roll, m = case
     for verl_name, ours in _verl_presets().items():
         v = getattr(RolloutCorrectionConfig, verl_name)()
-        c = CORRECTION_PRESETS[ours]["config"]
+        c = _flat(CORRECTION_PRESETS[ours]["config"])
         kw = {k: c[k] for k in ("rollout_is", "rollout_is_threshold", "rollout_rs", "rollout_rs_threshold")
               if k in c}
         w, mask, metrics = rollout_correction(old, roll, m, **kw)
@@ -245,7 +250,7 @@ def test_bypass_mode(case):
         if verl_name == "bypass_ppo_clip_geo_rs":
             rc = RolloutCorrectionConfig(rollout_is=None, rollout_rs="seq_mean_k1", rollout_rs_threshold="0.5_2.0",
                                          bypass_mode=True, loss_type="ppo_clip")   # the preset rejects all here
-        c = CORRECTION_PRESETS[_verl_presets()[verl_name]]["config"]
+        c = _flat(CORRECTION_PRESETS[_verl_presets()[verl_name]]["config"])
         for mode in ("token-mean", "seq-mean-token-mean"):
             lp = old.clone().requires_grad_(True)
             kw = dict(rollout_is=rc.rollout_is, rollout_is_threshold=rc.rollout_is_threshold,

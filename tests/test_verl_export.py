@@ -22,23 +22,26 @@ from rl_lab.config import RLConfig
 from rl_lab.integrations.verl import (VERL_FIELD_MAP, VERL_TO_RL_LAB_METRICS, VerlCluster, VerlExportError,
                                       command_line_overrides, config_from_overrides_file, config_from_verl,
                                       config_overrides, export_verl, local_fields, read_overrides,
-                                      read_verl_metrics)
+                                      field_value, read_verl_metrics)
 
 REQUIRE = os.environ.get("RL_LAB_REQUIRE_VERL", "") == "1"
 EXAMPLE = Path(__file__).resolve().parent.parent / "book" / "examples" / "verl_export"
 
 CONFIGS = {   # (name, fields): a spread over every exported field's values
     "default": {},
-    "trm-token-tis": dict(rollout_is="token", rollout_rs="seq_mean_k3,seq_max_k2", rollout_rs_threshold="0.002,0.1",
+    "trm-token-tis": dict(rollout_correction=dict(rollout_is="token", rollout_rs="seq_mean_k3,seq_max_k2",
+                                                  rollout_rs_threshold="0.002,0.1"),
                           beta=0.01, lr_scheduler_type="cosine", warmup_steps=5, epsilon_high=0.28, clip_ratio_c=3.0,
                           top_k=5, top_p=0.9, temperature=0.8, sampler_dtype="bfloat16", seed=3),
-    "bypass-reinforce-icepop": dict(bypass_mode=True, policy_loss="reinforce", rollout_is="token",
-                                    rollout_is_threshold="0.5_5.0", scale_rewards="none",
+    "bypass-reinforce-icepop": dict(rollout_correction=dict(bypass_mode=True, rollout_is="token",
+                                                            rollout_is_threshold="0.5_5.0"),
+                                    policy_loss="reinforce", scale_rewards="none",
                                     loss_agg_mode="seq-mean-token-sum-norm", num_iterations=2,
                                     advantage_estimator="rloo", save_steps=50, eval_steps=25,
                                     output_dir="runs/x", adam_beta2=0.99, weight_decay=0.1, max_grad_norm=0.5),
-    "seq-mis-otb": dict(rollout_is="sequence", rollout_rs="seq_sum_k1", rollout_rs_threshold="0.5_2.0",
-                        rollout_is_batch_normalize=True, advantage_estimator="optimal_token_baseline",
+    "seq-mis-otb": dict(rollout_correction=dict(rollout_is="sequence", rollout_rs="seq_sum_k1",
+                                                rollout_rs_threshold="0.5_2.0", rollout_is_batch_normalize=True),
+                        advantage_estimator="optimal_token_baseline",
                         task="countdown", model="0.3M", gamma=0.9, prompts_per_step=4, num_generations=4,
                         max_completion_length=12, max_steps=30, learning_rate=1e-4, progress_bar=False),
 }
@@ -61,7 +64,10 @@ def _pyarrow():
 
 # ----------------------------------------------------------------------------- the table (no verl)
 def test_the_table_covers_every_rlconfig_field_once():
-    fields = [f.name for f in dataclasses.fields(RLConfig)]
+    """One row per field; the nested rollout_correction (verl's own section) has one row per knob."""
+    from rl_lab.config import CorrectionConfig
+    fields = [f.name for f in dataclasses.fields(RLConfig) if f.name != "rollout_correction"] + \
+        [f"rollout_correction.{f.name}" for f in dataclasses.fields(CorrectionConfig)]
     rows = [r.field for r in VERL_FIELD_MAP]
     assert sorted(rows) == sorted(fields), set(rows) ^ set(fields)
     assert len(rows) == len(set(rows))
@@ -71,7 +77,7 @@ def test_the_table_covers_every_rlconfig_field_once():
         if row.status == "exported":
             assert row.keys and row.to_verl and row.from_verl, row.field
         if row.status == "refused":   # the default passes, so a plain config always exports
-            assert row.allowed(getattr(RLConfig(), row.field)), row.field
+            assert row.allowed(field_value(RLConfig(), row.field)), row.field
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -92,19 +98,20 @@ def test_a_changed_verl_key_changes_the_config_read_back(tmp_path):
     flat["actor_rollout_ref.rollout.n"] = 4
     flat["algorithm.rollout_correction.rollout_is"] = "sequence"
     back = config_from_verl(flat, local)
-    assert (back.num_generations, back.rollout_is) == (4, "sequence")
+    assert (back.num_generations, back.rollout_correction.rollout_is) == (4, "sequence")
 
 
 @pytest.mark.parametrize("fields, named", [
     (dict(sampler_staleness=2), "sampler_staleness"),
     (dict(dvp={"min_p": 0.1}), "dvp"),
     (dict(sampler_logit_noise=0.5, min_p=0.05), "min_p"),
-    (dict(rollout_token_veto_threshold=1e-4), "rollout_token_veto_threshold"),
+    (dict(rollout_correction=dict(rollout_token_veto_threshold=1e-4)), "rollout_token_veto_threshold"),
+    (dict(rollout_correction=dict(extra_modes={"mine": {}})), "extra_modes"),
     (dict(mask_truncated_completions=True), "mask_truncated_completions"),
     (dict(lr_scheduler_type="length_triggered"), "lr_scheduler_type"),
     (dict(scale_rewards="batch"), "scale_rewards"),
     (dict(policy_loss="reinforce"), "bypass_mode"),
-    (dict(rollout_rs="seq_max_kl", rollout_rs_threshold=0.1), "seq_max_kl"),
+    (dict(rollout_correction=dict(rollout_rs="seq_max_kl", rollout_rs_threshold=0.1)), "seq_max_kl"),
 ])
 def test_a_config_verl_cannot_run_is_refused_before_anything_is_written(fields, named, tmp_path):
     with pytest.raises(VerlExportError, match=named) as info:
@@ -223,8 +230,9 @@ def test_verl_composes_the_exported_command_line_into_its_dataclasses(name, node
     rc = omega_conf_to_dataclass(composed.algorithm.rollout_correction, RolloutCorrectionConfig)
     assert (rc.rollout_is, rc.rollout_is_threshold, rc.rollout_rs, rc.rollout_rs_threshold, rc.bypass_mode,
             rc.rollout_is_batch_normalize, rc.loss_type) == (
-        cfg.rollout_is, cfg.rollout_is_threshold, cfg.rollout_rs, cfg.rollout_rs_threshold, cfg.bypass_mode,
-        cfg.rollout_is_batch_normalize, cfg.policy_loss)
+        cfg.rollout_correction.rollout_is, cfg.rollout_correction.rollout_is_threshold,
+        cfg.rollout_correction.rollout_rs, cfg.rollout_correction.rollout_rs_threshold,
+        cfg.rollout_correction.bypass_mode, cfg.rollout_correction.rollout_is_batch_normalize, cfg.policy_loss)
     assert (algo.adv_estimator, algo.gamma) == (cfg.advantage_estimator, cfg.gamma)
     actor = omega_conf_to_dataclass(composed.actor_rollout_ref.actor)
     assert isinstance(actor, FSDPActorConfig) and isinstance(actor.optim, FSDPOptimizerConfig)
@@ -249,7 +257,7 @@ def test_a_wrong_key_fails_in_verl_but_is_caught_by_the_export(tmp_path):
     with pytest.raises(Exception, match="rollout_token_veto_threshold"):   # omegaconf ConfigKeyError
         omega_conf_to_dataclass(composed.algorithm.rollout_correction, RolloutCorrectionConfig)
     with pytest.raises(VerlExportError, match="rollout_token_veto_threshold"):
-        export_verl(RLConfig(rollout_token_veto_threshold=1e-4), tmp_path, with_model=False)
+        export_verl(RLConfig(rollout_correction={"rollout_token_veto_threshold": 1e-4}), tmp_path, with_model=False)
 
 
 def test_verl_dataset_and_rollout_tokenisation_give_rl_labs_prompt_ids(exported):
@@ -417,15 +425,12 @@ def test_verl_correction_configured_from_the_export_matches_rl_lab(name, recorde
 
     from rl_lab.corrections import rollout_correction
 
-    cfg = RLConfig(**CORRECTIONS[name])
+    cfg = RLConfig(rollout_correction=CORRECTIONS[name])
     export = export_verl(cfg, tmp_path, with_model=False)
     rc = omega_conf_to_dataclass(compose(command_line_overrides(export.overrides)).algorithm.rollout_correction,
                                  RolloutCorrectionConfig)
     old, mu, m = recorded_batch
-    w, mask, metrics = rollout_correction(old, mu, m, rollout_is=cfg.rollout_is,
-                                          rollout_is_threshold=cfg.rollout_is_threshold,
-                                          rollout_is_batch_normalize=cfg.rollout_is_batch_normalize,
-                                          rollout_rs=cfg.rollout_rs, rollout_rs_threshold=cfg.rollout_rs_threshold)
+    w, mask, metrics = rollout_correction(old, mu, m, config=cfg.rollout_correction)
     proto, mask_v, metrics_v = compute_rollout_correction_and_rejection_mask(
         old, mu, m, rc.rollout_is, rc.rollout_is_threshold, rc.rollout_is_batch_normalize, rc.rollout_rs,
         rc.rollout_rs_threshold)
@@ -434,9 +439,9 @@ def test_verl_correction_configured_from_the_export_matches_rl_lab(name, recorde
     if w is not None:
         assert_on_mask(w, proto.batch["rollout_is_weights"], m)
     assert_metrics_equal(metrics, metrics_v, "rollout_corr/")
-    if cfg.rollout_rs:
+    if cfg.rollout_correction.rollout_rs:
         assert 0 < metrics["rollout_corr/rollout_rs_masked_fraction"] < 1, "the rule should bind on this batch"
-    if cfg.rollout_is_threshold == "0.995_1.005":
+    if cfg.rollout_correction.rollout_is_threshold == "0.995_1.005":
         assert 0 < metrics["rollout_corr/rollout_is_oob_ratio"] < 1
 
 
@@ -545,12 +550,12 @@ def test_cli_export_and_import_metrics(tmp_path):
     _pyarrow()
     from rl_lab.tools.cli import main
     from rl_lab.utils import read_metrics
-    (tmp_path / "my.yaml").write_text("rollout_is: token\nmax_steps: 20\n")
+    (tmp_path / "my.yaml").write_text("rollout_correction: {rollout_is: token}\nmax_steps: 20\n")
     out = tmp_path / "verl"
     assert main(["export", "verl", "--config", str(tmp_path / "my.yaml"), "--out", str(out), "--no-model",
                  "--set", "num_generations=4", "--gpus-per-node", "8"]) == 0
     back = config_from_overrides_file(out / "overrides.yaml")
-    assert (back.rollout_is, back.max_steps, back.num_generations) == ("token", 20, 4)
+    assert (back.rollout_correction.rollout_is, back.max_steps, back.num_generations) == ("token", 20, 4)
     assert "trainer.n_gpus_per_node=8" in (out / "command.sh").read_text()
     assert main(["export", "verl", "--out", str(tmp_path / "bad"), "--no-model", "--set", "dvp.min_p=0.1"]) == 2
     log = tmp_path / "verl.jsonl"

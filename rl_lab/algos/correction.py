@@ -46,13 +46,14 @@ def bypass_policy_loss(logp, rollout_logp, advantages, mask, is_weights=None, lo
 
 
 class Correction:
-    """The run's rollout correction (RLConfig's rollout_* fields and bypass_mode)."""
+    """The run's rollout correction (RLConfig.rollout_correction, a CorrectionConfig), with PPO's
+    clip settings from the RLConfig."""
 
     def __init__(self, config):
-        self.config = config
-        self.bypass = bool(config.bypass_mode)
-        self.modes = active_modes(config)
-        self.needs_distributions = any(m.needs_distributions(config) for m in self.modes)
+        self.config, rc = config, config.rollout_correction
+        self.bypass = bool(rc.bypass_mode)
+        self.modes = active_modes(rc)
+        self.needs_distributions = any(m.needs_distributions(rc) for m in self.modes)
         """The exact-KL modes read mu's and pi's full (B, T, V) distributions."""
         self.needs_sampler_logprobs = bool(self.modes) or self.bypass
 
@@ -62,16 +63,18 @@ class Correction:
         if batch.sampler_logprobs is not None:
             return batch.sampler_logprobs
         if self.needs_sampler_logprobs:
-            raise ConfigError("rollout_is / rollout_rs / rollout_token_veto_threshold / bypass_mode need the "
-                              "sampler's log-probs, but the engine returned RolloutBatch.sampler_logprobs=None; "
-                              "set them to None/False or use an engine that reports log-probs")
+            raise ConfigError(f"rollout_correction ({', '.join(m.name for m in self.modes) or 'bypass_mode'}) needs "
+                              "the sampler's log-probs, but the engine returned RolloutBatch.sampler_logprobs=None; "
+                              "turn its options off (rollout_is / rollout_rs / rollout_token_veto_threshold None, "
+                              "bypass_mode false) or use an engine that reports log-probs")
         return old_logp
 
     def _call(self, logp, s) -> tuple:
         kl = None
         if self.needs_distributions and s.batch.sampler_logprobs_full is not None:
             kl = token_kl(s.batch.sampler_logprobs_full, s.logp_all.detach())                # (B, T)
-        return rollout_correction(logp, s.rollout_logp, s.mask, token_kl=kl, config=self.config, batch=s.batch)
+        return rollout_correction(logp, s.rollout_logp, s.mask, token_kl=kl, config=self.config.rollout_correction,
+                                  batch=s.batch)
 
     def per_batch(self, s) -> dict:
         """Decoupled mode: weights and mask from rho = pi_old / mu, once per batch (s.is_weights,

@@ -62,9 +62,26 @@ class FieldMap:
     allowed: Callable[[Any], bool] | None = None  # refused rows: the values verl can still run
 
 
+def field_value(cfg: RLConfig, name: str):
+    """An RLConfig field's value; "rollout_correction.rollout_is" reads a nested config's knob."""
+    for part in name.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def _field_default(name: str):
+    """The default of a field (or of a nested knob, "rollout_correction.bypass_mode")."""
+    kind = RLConfig
+    *outer, last = name.split(".")
+    for part in outer:
+        kind = {f.name: f for f in dataclasses.fields(kind)}[part].default_factory
+    f = {f.name: f for f in dataclasses.fields(kind)}[last]
+    return f.default if f.default is not dataclasses.MISSING else f.default_factory()
+
+
 def _one(key: str, attr: str, to=lambda v: v, back=lambda v: v):
     """(to_verl, from_verl) for a field that is one verl key."""
-    return (lambda cfg: {key: to(getattr(cfg, attr))}), (lambda flat: back(flat[key]))
+    return (lambda cfg: {key: to(field_value(cfg, attr))}), (lambda flat: back(flat[key]))
 
 
 def _row(field: str, key: str, note: str, to=lambda v: v, back=lambda v: v) -> FieldMap:
@@ -105,6 +122,9 @@ def _policy_loss_to_verl(cfg: RLConfig) -> dict:
     """Decoupled PPO is verl's "vanilla" loss; in bypass mode verl switches the loss to
     "bypass_mode" itself and reads rollout_correction.loss_type (ppo_clip or reinforce)."""
     return {f"{ACTOR}.policy_loss.loss_mode": "vanilla", f"{RC}.loss_type": cfg.policy_loss}
+
+
+_RC = "rollout_correction."
 
 
 def _schedule_to_verl(cfg: RLConfig) -> dict:
@@ -211,15 +231,17 @@ VERL_FIELD_MAP: tuple[FieldMap, ...] = (
     # --- the methods: one row each from rl_lab.method_specs (their `verl` entry) ----------------------
     *method_rows(),
     # --- off-policy correction: algorithm.rollout_correction ------------------------------------------
-    _row("rollout_is", f"{RC}.rollout_is", "None, token or sequence"),
-    _row("rollout_is_threshold", f"{RC}.rollout_is_threshold", "a float (TIS) or 'lo_hi' (IcePop)"),
-    _row("rollout_is_batch_normalize", f"{RC}.rollout_is_batch_normalize", "self-normalised weights"),
-    _row("rollout_rs", f"{RC}.rollout_rs", "verl's 11 k1/k2/k3 options; rl_lab's exact-KL options "
+    _row(_RC + "rollout_is", f"{RC}.rollout_is", "None, token or sequence"),
+    _row(_RC + "rollout_is_threshold", f"{RC}.rollout_is_threshold", "a float (TIS) or 'lo_hi' (IcePop)"),
+    _row(_RC + "rollout_is_batch_normalize", f"{RC}.rollout_is_batch_normalize", "self-normalised weights"),
+    _row(_RC + "rollout_rs", f"{RC}.rollout_rs", "verl's 11 k1/k2/k3 options; rl_lab's exact-KL options "
          "(token_kl, seq_*_kl) are refused"),
-    _row("rollout_rs_threshold", f"{RC}.rollout_rs_threshold", "one per option, comma-separated"),
-    _refused("rollout_token_veto_threshold", "verl removed the token veto in PR #4544; use "
+    _row(_RC + "rollout_rs_threshold", f"{RC}.rollout_rs_threshold", "one per option, comma-separated"),
+    _refused(_RC + "rollout_token_veto_threshold", "verl removed the token veto in PR #4544; use "
              "rollout_rs='seq_max_k2' (TRM's max criterion) instead", lambda v: v is None),
-    _row("bypass_mode", f"{RC}.bypass_mode", "pi_old := mu (two policies)"),
+    _row(_RC + "bypass_mode", f"{RC}.bypass_mode", "pi_old := mu (two policies)"),
+    _refused(_RC + "extra_modes", "correction modes registered outside rl_lab have no verl counterpart",
+             lambda v: v == {}),
     # --- optimisation -------------------------------------------------------------------------------
     _row("learning_rate", f"{ACTOR}.optim.lr", "AdamW"),
     FieldMap("adam_beta1", _E, (f"{ACTOR}.optim.betas",), "betas[0]", _betas_to_verl,
@@ -273,11 +295,9 @@ def check_exportable(cfg: RLConfig) -> None:
     """Raise VerlExportError naming every field verl cannot run as set (all of them at once)."""
     problems = []
     for row in VERL_FIELD_MAP:
-        if row.status == "refused" and not row.allowed(getattr(cfg, row.field)):
-            f = {f.name: f for f in dataclasses.fields(RLConfig)}[row.field]
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            problems.append(f"RLConfig.{row.field}={getattr(cfg, row.field)!r}: {row.note} "
-                            f"(set it to {default!r} to export)")
+        if row.status == "refused" and not row.allowed(field_value(cfg, row.field)):
+            problems.append(f"RLConfig.{row.field}={field_value(cfg, row.field)!r}: {row.note} "
+                            f"(set it to {_field_default(row.field)!r} to export)")
     from rl_lab.tasks import get_task
     if getattr(get_task(cfg.task, **cfg.task_kwargs), "environment", None) is not None:
         problems.append(f"RLConfig.task={cfg.task!r} is a tool task (multi-turn episodes with a calculator): "
@@ -293,13 +313,14 @@ def check_exportable(cfg: RLConfig) -> None:
     if cfg.lr_scheduler_type not in ("constant", "cosine"):
         problems.append(f"RLConfig.lr_scheduler_type={cfg.lr_scheduler_type!r}: verl 0.9.1 has constant and "
                         "cosine schedules only; use one of them")
-    if cfg.policy_loss == "reinforce" and not cfg.bypass_mode:
+    rc = cfg.rollout_correction
+    if cfg.policy_loss == "reinforce" and not rc.bypass_mode:
         problems.append("RLConfig.policy_loss='reinforce' with bypass_mode=False: verl's REINFORCE loss exists "
                         "only in bypass mode; set bypass_mode=True or policy_loss='ppo_clip'")
-    if cfg.rollout_rs is not None:
-        bad = [o for o in cfg.rollout_rs.split(",") if o.strip() not in VERL_RS_OPTIONS]
+    if rc.rollout_rs is not None:
+        bad = [o for o in rc.rollout_rs.split(",") if o.strip() not in VERL_RS_OPTIONS]
         if bad:
-            problems.append(f"RLConfig.rollout_rs={cfg.rollout_rs!r}: {bad} need the sampler's full distributions "
+            problems.append(f"RLConfig.rollout_correction.rollout_rs={rc.rollout_rs!r}: {bad} need the sampler's full distributions "
                             f"(rl_lab only); verl's options are {list(VERL_RS_OPTIONS)}")
     if problems:
         raise VerlExportError("this config cannot run on verl " + VERL_VERSION + ":\n  " + "\n  ".join(problems))
@@ -318,7 +339,13 @@ def config_overrides(cfg: RLConfig) -> dict[str, Any]:
 def local_fields(cfg: RLConfig) -> dict[str, Any]:
     """The fields verl does not read (files, local, refused-at-their-off-value), for the round trip."""
     plain = cfg.to_dict()   # nested configs as mappings, as YAML can hold them
-    return {row.field: plain[row.field] for row in VERL_FIELD_MAP if row.status != "exported"}
+
+    def value(name):
+        out = plain
+        for part in name.split("."):
+            out = out[part]
+        return out
+    return {row.field: value(row.field) for row in VERL_FIELD_MAP if row.status != "exported"}
 
 
 def config_from_verl(flat: dict[str, Any], local: dict[str, Any]) -> RLConfig:

@@ -1,7 +1,7 @@
 """`rl-lab export verl` and `rl-lab import-metrics` (wired into rl_lab.tools.cli).
 
     rl-lab export verl --config my.yaml --out verl_run            # overrides, command, data, reward, model
-    rl-lab export verl --task addition --set rollout_is=token --out verl_run --gpus-per-node 8 --nnodes 2
+    rl-lab export verl --task addition --set rollout_correction.rollout_is=token --out verl_run --gpus-per-node 8 --nnodes 2
     rl-lab import-metrics verl_run/rl_lab/export.jsonl --out runs/cluster   # then: rl-lab plot runs/cluster
 """
 from __future__ import annotations

@@ -19,10 +19,10 @@ import yaml
 from rl_lab.config import RLConfig
 
 EXAMPLE_FIELDS = dict(task="addition", model="warm-start", prompts_per_step=32, num_generations=16,
-                      max_completion_length=8, sampler_dtype="bfloat16", rollout_is="token",
-                      rollout_is_threshold=2.0, rollout_rs="seq_mean_k3,seq_max_k2",
-                      rollout_rs_threshold="0.001,0.05", learning_rate=5e-5, max_steps=300, eval_steps=50,
-                      eval_prompts=64)
+                      max_completion_length=8, sampler_dtype="bfloat16",
+                      rollout_correction=dict(rollout_is="token", rollout_is_threshold=2.0,
+                                              rollout_rs="seq_mean_k3,seq_max_k2", rollout_rs_threshold="0.001,0.05"),
+                      learning_rate=5e-5, max_steps=300, eval_steps=50, eval_prompts=64)
 """A TRM + token-TIS run (chapters 4-5) in the gpu preset's batch shape, sampled in bfloat16."""
 EXAMPLE_CONFIG = RLConfig(**EXAMPLE_FIELDS)
 FOLDER = Path("book") / "examples" / "verl_export"
