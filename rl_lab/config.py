@@ -408,7 +408,7 @@ def _from_legacy(d: dict) -> dict:
     if flat:   # before issue 51: the correction's fields at the top level
         nested = d.get("rollout_correction")
         nested = dataclasses.asdict(nested) if dataclasses.is_dataclass(nested) else nested
-        d["rollout_correction"] = {**flat, **(nested if isinstance(nested, dict) else {})}
+        d["rollout_correction"] = {**(nested if isinstance(nested, dict) else {}), **flat}   # the knob named wins
         warnings.warn("RLConfig fields of an earlier rl_lab read into rollout_correction: "
                       + ", ".join(f"{k} -> rollout_correction.{k}" for k in flat)
                       + " (write them that way, as verl's algorithm.rollout_correction does)", ConfigWarning,

@@ -118,6 +118,28 @@ def test_resume_reads_the_saved_config_and_lists_set_changes(tmp_path):
     assert [r["step"] for r in read_jsonl(run / "metrics.jsonl")] == [1, 2, 3]
 
 
+def test_a_run_saved_with_flat_correction_fields_resumes(tmp_path):
+    """A config.yaml from before the nested rollout_correction (issue 51): --resume reads it into
+    rollout_correction with a warning, sees no change, and a deliberate --set by the old flat name
+    changes that knob."""
+    run = tmp_path / "run"
+    first = _rl("train", "--task", "addition", "--out", str(run), "--set", "max_steps=1",
+                "--set", "rollout_correction.rollout_is=token", *SMALL_ARGS)
+    assert first.returncode == 0, first.stderr
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    flat = {**{k: v for k, v in saved.items() if k != "rollout_correction"}, **saved["rollout_correction"]}
+    flat.pop("extra_modes")
+    (run / "config.yaml").write_text(yaml.safe_dump(flat, sort_keys=False))
+    ok = _rl("train", "--out", str(run), "--resume", "--set", "max_steps=2", "--set", "rollout_is_threshold=3.0")
+    assert ok.returncode == 0, ok.stderr
+    assert "read into rollout_correction" in ok.stderr, ok.stderr
+    changed = [line for line in ok.stderr.splitlines() if "resuming" in line]
+    assert changed and "rollout_correction.rollout_is_threshold 2.0 -> 3.0" in changed[0], ok.stderr
+    now = yaml.safe_load((run / "config.yaml").read_text())
+    assert now["rollout_correction"]["rollout_is"] == "token" and now["rollout_correction"]["rollout_is_threshold"] == 3
+    assert [r["step"] for r in read_jsonl(run / "metrics.jsonl")] == [1, 2]
+
+
 # ---------------------------------------------------------------- 4. SIGKILL during a save
 _KILLED_MID_SAVE = textwrap.dedent("""
     import os, sys, time

@@ -46,7 +46,7 @@ def resume_config(args):
     """`--resume`: the config saved in <out>/config.yaml.  A field this command line gives a
     different value is refused unless it came with --set (a deliberate change), and the changed
     fields are listed on stderr; $RL_LAB_PRESET and the preset defaults do not apply."""
-    from rl_lab.config import _PRESET_OVERRIDES, RLConfig, preset_name
+    from rl_lab.config import _PRESET_OVERRIDES, CORRECTION_FIELDS, RLConfig, preset_name
     from rl_lab.errors import ConfigError
     from rl_lab.runs import RunFolder, config_changes
 
@@ -64,7 +64,8 @@ def resume_config(args):
     fields.update({**given, **set_fields, "output_dir": str(args.out)})
     cfg = RLConfig.from_dict(fields)
     changes = config_changes(saved, cfg)
-    deliberate = list(set_fields)     # "empg.k" covers empg.k, and empg when it turns EMPG on
+    # "empg.k" covers empg.k, and empg when it turns EMPG on; a correction knob by its old flat name its new one
+    deliberate = [f"rollout_correction.{k}" if k in CORRECTION_FIELDS else k for k in set_fields]
     refused = {k: v for k, v in changes.items()
                if not any(k == s or s.startswith(k + ".") or k.startswith(s + ".") for s in deliberate)}
     if refused:
