@@ -1,7 +1,7 @@
 """Sweeps: a YAML grid of RLConfig fields x seeds, one row per run in <out>/results.csv.
 
     base: {task: addition, preset: smoke, max_steps: 200}
-    grid: {learning_rate: [5e-5, 3e-4], sampler_dtype: [float32, bfloat16], rollout_is: [null, token]}
+    grid: {learning_rate: [5e-5, 3e-4], sampler_dtype: [float32, bfloat16], rollout_correction.rollout_is: [null, token]}
     seeds: [0, 1, 2]
     out: runs/map1            # results.csv, sweep.yaml and one folder per run (<out>/<run_id>/)
     metrics: {}               # optional, see METRIC_OPTIONS
