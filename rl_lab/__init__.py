@@ -8,7 +8,8 @@ Layout (what a newcomer reads first, and what belongs to one chapter):
                 plugs in (method, methods)
   engines/      samplers that return their own log-probs: the HF loop (rollout), its static-cache
                 decoder (fast_decode), the shared-prefix forward (shared_prefix), vLLM
-                (vllm_engine) and the mismatch injectors (injectors)
+                (vllm_engine), the mismatch injectors (injectors), the scripted engine (scripted)
+                and DVP's safe vocabulary (vocabulary)
   agents/       tools and multi-turn episodes (the calculator, the Python sandbox)
   exact/        enumerable ground truth for small sequence spaces (chapters 2-6, 9)
   toolkits/     one chapter's tools each: collapse (When speed kills), compare (5), pruning (6),

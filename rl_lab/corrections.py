@@ -13,7 +13,6 @@ only remove tokens; metrics have no prefix (`rollout_correction` adds `rollout_c
   geometric_mask      Part 3's Geo-Mask: bounds on the geometric-mean ratio itself
   token_veto_mask     drop a sequence if one token's ratio is below a floor (verl before PR #4544)
   trust_region_mask   TRM: drop a sequence whose max or average divergence leaves the region
-  safe_vocabulary     Dynamic Vocabulary Pruning: the tokens with p >= min_p * p_max
   trust_region_bounds the TRM paper's bound family (classical, Pinsker-marginal, mixed, coupling,
                       adaptive) on the surrogate error
   rollout_correction  all of them for one batch, plus the mismatch monitors
@@ -252,13 +251,6 @@ def token_kl(rollout_logp_all, logp_all):
     p = rollout_logp_all.exp()
     diff = torch.where(p > 0, rollout_logp_all - logp_all, torch.zeros_like(p))
     return (p * diff).sum(-1)
-
-
-def safe_vocabulary(logits, min_p: float):
-    """Dynamic Vocabulary Pruning's safe set: (..., V) logits -> bool (..., V), True where
-    p >= min_p * p_max, i.e. logit >= max logit + log(min_p).  The sampler (process_logits)
-    and the trainer (sequence_logprobs) both call this on their own logits."""
-    return logits >= logits.max(-1, keepdim=True).values + torch.log(torch.tensor(min_p))
 
 
 # ----------------------------------------------------------------------------- the hook

@@ -10,8 +10,9 @@ write there, and how a run continues.
 
 Every write is atomic (a temporary copy moved into place), so a run killed at any instant
 leaves a folder that `RunFolder.recover` repairs and `Trainer.resume` continues bit for bit.
-Two runs never mix in one folder: `RunFolder.refuse_if_taken` stops a second one unless it
-continues the first (resume) or deletes it (overwrite).
+Two runs never mix in one folder: `RunFolder.begin`, the one way a run takes its folder on
+(`Trainer.train` calls it; `rl-lab train` asks `RunFolder.check`, its refusals alone, before torch
+loads), refuses a second run unless it continues the first (resume) or deletes it (overwrite).
 """
 from __future__ import annotations
 
@@ -99,6 +100,36 @@ class RunFolder:
     @property
     def config_path(self) -> Path:
         return self.path / "config.yaml"
+
+    # ------------------------------------------------------------------ a run begins
+    @classmethod
+    def check(cls, config: RLConfig, resume: bool = False, overwrite: bool = False) -> RunFolder | None:
+        """What `begin` refuses, checked without writing anything: resume with overwrite, and a
+        folder that holds a run when neither continues nor deletes it.  The folder of
+        config.output_dir (None when the config has none)."""
+        check_resume_overwrite(resume, overwrite, config.output_dir)
+        if not config.output_dir:
+            return None
+        folder = cls(config.output_dir)
+        if not (resume or overwrite):
+            folder.refuse_if_taken()
+        return folder
+
+    @classmethod
+    def begin(cls, config: RLConfig, resume: bool = False, overwrite: bool = False,
+              step: int = 0) -> RunFolder | None:
+        """Take config.output_dir on for a run that starts at `step`: refused as `check` says, its
+        files deleted first with `overwrite`, then the folder made, metrics.jsonl trimmed to `step`
+        (none at step 0: also a resume that found no checkpoint) and config.yaml written.  The
+        folder (None when the config has none)."""
+        folder = cls.check(config, resume, overwrite)
+        if folder is not None:
+            if overwrite:
+                folder.clear()
+            folder.path.mkdir(parents=True, exist_ok=True)
+            folder.trim_metrics(step)
+            folder.write_config(config, step)
+        return folder
 
     # ------------------------------------------------------------------ what is there
     def checkpoints(self, complete: bool = False) -> dict[int, Path]:

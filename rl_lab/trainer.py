@@ -390,18 +390,12 @@ class Trainer:
 
         cfg = self.config
         max_steps = max_steps or cfg.max_steps
-        check_resume_overwrite(resume, overwrite, self.output_dir)
+        check_resume_overwrite(resume, overwrite, self.output_dir)   # before resume() loads anything
         if resume:
             self.resume()
-        if self.run_folder is not None:
-            if overwrite and not self._continues_output_dir:
-                self.run_folder.clear()
-            elif not self._continues_output_dir:
-                self.run_folder.refuse_if_taken()
-            self._continues_output_dir = True
-            self.run_folder.path.mkdir(parents=True, exist_ok=True)
-            self.run_folder.trim_metrics(self.global_step)   # none at step 0: a resume that found no checkpoint
-            self.run_folder.write_config(cfg, self.global_step)
+        own = self._continues_output_dir     # the folder's run is this one: resume() or an earlier train() took it on
+        RunFolder.begin(cfg, resume=own, overwrite=overwrite and not own, step=self.global_step)
+        self._continues_output_dir = True
         bar = tqdm(total=max_steps, initial=self.global_step, desc=f"RL {cfg.task}",
                    disable=not cfg.progress_bar, leave=True)
         while self.global_step < max_steps:

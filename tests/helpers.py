@@ -7,9 +7,10 @@ import copy
 import torch
 
 from rl_lab import RLConfig, Trainer
-from rl_lab.agents import ScriptedEngine, ToolEnvironment
+from rl_lab.agents import ToolEnvironment
 from rl_lab.config import SamplingConfig
 from rl_lab.engines.rollout import HFEngine
+from rl_lab.engines.scripted import ScriptedEngine
 from rl_lab.models import build_model
 from rl_lab.trainer import TIMING_KEYS
 

@@ -6,8 +6,8 @@ import torch
 from rl_lab.config import ConfigError, RLConfig
 from rl_lab.corrections import (CORRECTION_PRESETS, RS_OPTIONS, correction_preset, geometric_mask,
                                 importance_weights, parse_is_threshold, parse_rs, rejection_mask,
-                                rollout_correction, safe_vocabulary, token_divergences, token_kl,
-                                token_veto_mask, trust_region_mask)
+                                rollout_correction, token_divergences, token_kl, token_veto_mask,
+                                trust_region_mask)
 from rl_lab.monitors import masked_mean, mismatch_metrics
 
 
@@ -226,12 +226,6 @@ def test_presets_are_valid_configs():
     assert correction_preset("Seq-MIS", rollout_is_threshold=3.0)["rollout_correction"]["rollout_rs"] == "seq_sum_k1"
     with pytest.raises(ConfigError, match="Seq-TIS"):
         correction_preset("seq-tis")
-
-
-def test_safe_vocabulary_is_relative_to_the_top_token():
-    p = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
-    assert safe_vocabulary(p.log(), 0.2).tolist() == [[True, True, True, False]]   # 0.05 < 0.2 * 0.5
-    assert safe_vocabulary(p.log() + 7.0, 0.2).tolist() == [[True, True, True, False]]
 
 
 def test_monitors_are_zero_on_policy_and_positive_off_policy():

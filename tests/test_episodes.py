@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from rl_lab import RLConfig, Trainer
-from rl_lab.agents import ScriptedEngine, ToolEnvironment, ToolResult, script_token_ids
+from rl_lab.agents import ToolEnvironment, ToolResult
 from rl_lab.agents.registry import TOOLS
 from rl_lab.config import ConfigError, SamplingConfig
+from rl_lab.engines.scripted import ScriptedEngine, script_token_ids
 from rl_lab.models import build_model
 from rl_lab.trainer import TIMING_KEYS  # noqa: F401
 
@@ -37,7 +38,7 @@ def test_an_episode_alternates_model_and_tool_turns():
 
 
 def test_a_script_leaves_room_for_each_tool_answer_and_checks_itself():
-    """rl_lab.agents.ScriptedEngine: a '|' follows a complete call and reserves as many (pad)
+    """rl_lab.engines.scripted.ScriptedEngine: a '|' follows a complete call and reserves as many (pad)
     positions as the tool's answer has tokens; a misplaced '|' or a wrong row count says what to change."""
     model, tok = build_model("0.3M", seed=0)
     ids = script_token_ids("(2*3)|6", tok, CHARS)

@@ -24,16 +24,17 @@ CORE = ("rl_lab", "rl_lab.config", "rl_lab.errors", "rl_lab.models", "rl_lab.tok
 LAYERS = {
     # the trainer runs an engine and the algos' losses and methods; tasks build agents' environments
     "core": (CORE, {"core", "engines", "agents", "algos"}),
-    # samplers: SamplingConfig (config), the mismatch monitors (corrections), utils
-    "engines": (("rl_lab.engines",), {"engines", "core"}),
-    # tools and episodes; the scripted agents sample with the HF engine
-    "agents": (("rl_lab.agents",), {"agents", "core", "engines"}),
-    # losses, advantages, methods; grpo's log-probs use the shared-prefix forward (engines)
+    # samplers: SamplingConfig (config), models, utils; the scripted engine runs agents' tools
+    "engines": (("rl_lab.engines",), {"engines", "core", "agents"}),
+    # tools and episodes: the bottom layer, nothing of rl_lab outside it
+    "agents": (("rl_lab.agents",), {"agents"}),
+    # losses, advantages, methods; grpo's log-probs use the shared-prefix forward and DVP's safe
+    # vocabulary (engines)
     "algos": (("rl_lab.algos",), {"algos", "core", "engines"}),
     # enumerable ground truth; checks the trainer's advantage estimators and TRLOO (algos)
     "exact": (("rl_lab.exact",), {"exact", "core", "algos"}),
-    # one chapter's tools each; pruning reads exact/'s policies
-    "toolkits": (("rl_lab.toolkits",), {"toolkits", "core", "algos", "exact"}),
+    # one chapter's tools each; pruning reads exact/'s policies and the samplers' safe vocabulary (engines)
+    "toolkits": (("rl_lab.toolkits",), {"toolkits", "core", "engines", "algos", "exact"}),
     # verl: configs and tasks out, metrics in
     "integrations": (("rl_lab.integrations",), {"integrations", "core"}),
     # what a person runs; rl_lab.kernel only calls rl_lab.tools.kernel (installed kernel specs name it)
@@ -103,6 +104,7 @@ def test_the_rules_the_layout_promises():
         assert name == "book_ext" or "book_ext" not in allowed, f"the package never imports book_ext ({name} may)"
     assert not LAYERS["core"][1] & {"tools", "toolkits", "exact", "integrations", "book_ext"}
     assert LAYERS["book_ext"][1] == {"book_ext"}
+    assert LAYERS["agents"][1] == {"agents"}, "agents (tools, episodes) is the bottom layer"
 
 
 def test_the_package_root_loads_only_the_core():

@@ -44,12 +44,13 @@ def test_a_checked_config_for_every_task_loads_neither():
     assert out.stdout.strip() == "[]", f"a checked RLConfig loads {out.stdout.strip()}"
 
 
-def test_the_agents_names_load_on_first_use():
+def test_the_agents_names_load_and_the_scripted_engine_is_an_engine():
     code = ("import rl_lab.agents as a; print(a.calculator.__name__, a.ToolEnvironment.__name__, "
-            "a.ScriptedEngine.__name__, a.run_python.__name__, 'ScriptedEngine' in dir(a))")
+            "a.run_python.__name__, all(hasattr(a, n) for n in a.__all__), hasattr(a, 'ScriptedEngine'))\n"
+            "from rl_lab.engines.scripted import ScriptedEngine; print(ScriptedEngine.__name__)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["calculator", "ToolEnvironment", "ScriptedEngine", "run_python", "True"]
+    assert out.stdout.split() == ["calculator", "ToolEnvironment", "run_python", "True", "False", "ScriptedEngine"]
 
 
 def test_a_bad_training_command_fails_before_torch_loads(tmp_path):

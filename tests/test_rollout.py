@@ -6,6 +6,7 @@ import torch
 from rl_lab.algos.grpo import sequence_logprobs
 from rl_lab.config import SamplingConfig
 from rl_lab.engines.rollout import HFEngine, process_logits, sample_tokens
+from rl_lab.engines.vocabulary import safe_vocabulary
 
 PROMPTS = ["12+34=", "7+8=", "rev:12345="]   # different lengths: left padding is exercised
 
@@ -79,6 +80,12 @@ def test_top_k_and_top_p_truncate_the_sampling_distribution():
     assert torch.isfinite(lp[0, :3]).all() and torch.isinf(lp[0, 3])
     lp = process_logits(logits, SamplingConfig(temperature=2.0))
     assert torch.allclose(lp.exp().sum(), torch.tensor(1.0))
+
+
+def test_safe_vocabulary_is_relative_to_the_top_token():
+    p = torch.tensor([[0.5, 0.3, 0.15, 0.05]])
+    assert safe_vocabulary(p.log(), 0.2).tolist() == [[True, True, True, False]]   # 0.05 < 0.2 * 0.5
+    assert safe_vocabulary(p.log() + 7.0, 0.2).tolist() == [[True, True, True, False]]
 
 
 def test_nonfinite_logits_are_reported_not_raised():

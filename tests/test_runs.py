@@ -1,6 +1,7 @@
 """rl_lab.runs without a model: what a run folder holds, the one "already holds a run" refusal,
-metrics.jsonl trimmed to the step a run continues from, config.until-step-N.yaml, checkpoint
-rotation, recovery after a kill during a save, and latest_checkpoint."""
+RunFolder.begin (a run's folder policy in one place), metrics.jsonl trimmed to the step a run
+continues from, config.until-step-N.yaml, checkpoint rotation, recovery after a kill during a
+save, and latest_checkpoint."""
 import pytest
 import torch
 import yaml
@@ -44,6 +45,33 @@ def test_resume_and_overwrite_exclude_each_other():
     check_resume_overwrite(False, True, "runs/x")
     with pytest.raises(ConfigError, match="--overwrite"):
         check_resume_overwrite(True, True, "runs/x")
+
+
+def test_begin_refuses_a_taken_folder_clears_on_overwrite_and_continues_on_resume(tmp_path):
+    run = tmp_path / "run"
+    cfg = RLConfig(seed=1, output_dir=str(run))
+    assert RunFolder.begin(RLConfig()) is None                 # no output_dir: nothing to take on
+    with pytest.raises(ConfigError, match="choose one"):
+        RunFolder.begin(RLConfig(), resume=True, overwrite=True)
+    folder = RunFolder.begin(cfg)                              # a new run: the folder and its config
+    assert folder.path == run and folder.saved_config()["seed"] == 1 and not folder.metrics_path.exists()
+    _metrics(folder, [1, 2, 3, 4])
+    (run / "checkpoint-4").mkdir()
+    (run / "notes.txt").write_text("mine")
+    for refused in (lambda: RunFolder.check(cfg), lambda: RunFolder.begin(cfg)):
+        with pytest.raises(ConfigError, match=r"(?s)already holds a run: metrics\.jsonl \(4 rows.*--resume.*--overwrite"):
+            refused()
+    with pytest.raises(ConfigError, match="choose one"):
+        RunFolder.check(cfg, resume=True, overwrite=True)
+    assert RunFolder.check(cfg, overwrite=True).describe() == folder.describe()   # a check writes nothing
+    # resume at step 3 with a changed config: rows after 3 go, the earlier config is kept
+    RunFolder.begin(RLConfig(seed=2, output_dir=str(run)), resume=True, step=3)
+    assert [r["step"] for r in read_jsonl(folder.metrics_path)] == [1, 2, 3]
+    assert yaml.safe_load((run / "config.until-step-3.yaml").read_text())["seed"] == 1
+    assert folder.saved_config()["seed"] == 2 and (run / "checkpoint-4").exists()
+    RunFolder.begin(cfg, overwrite=True)                       # a run's files go, the rest stays
+    assert folder.describe() == "config.yaml" and folder.saved_config()["seed"] == 1
+    assert sorted(p.name for p in run.iterdir()) == ["config.yaml", "notes.txt"]
 
 
 def test_trim_metrics_keeps_the_rows_up_to_the_step_and_drops_a_torn_line(tmp_path):

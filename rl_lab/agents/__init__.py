@@ -7,22 +7,18 @@
   episodes     ToolEnvironment: multi-turn episodes (model turn, tool output as tokens, ... up to K
                turns) that HFEngine.generate(..., environment=), VLLMEngine.generate(...,
                environment=) and Trainer(..., environment=) run
-  scripted     ScriptedEngine: HFEngine writing fixed episode scripts ("(2*3)|6"), for examples and tests
+
+Nothing here imports torch (rl_lab.tasks, and so building an RLConfig, reads ToolEnvironment), nor
+any other part of rl_lab; the engine that writes fixed episode scripts is rl_lab.engines.scripted.
 """
-from rl_lab._lazy import lazy_exports
-# Eager: a function named like its module (importing the module would bind the module's name).
+# calculator first: the function's name is its module's, and importing the module later would bind the module
 from rl_lab.agents.calculator import CalculatorLimits, calculator
+from rl_lab.agents.episodes import ToolEnvironment
+from rl_lab.agents.python_tool import (SandboxLimits, SandboxMode, SandboxUnavailable, run_python, sandbox_guarantees,
+                                       sandbox_mode)
+from rl_lab.agents.registry import TOOLS, get_tool, register_tool, run_tool
+from rl_lab.agents.result import ToolResult
 
-# Loaded on first use (rl_lab/_lazy.py): rl_lab.tasks, and so building an RLConfig, reads
-# ToolEnvironment without importing torch, which the scripted engine needs.
-_EXPORTS = {
-    "ToolEnvironment": "rl_lab.agents.episodes",
-    **dict.fromkeys(["SandboxLimits", "SandboxMode", "SandboxUnavailable", "run_python", "sandbox_guarantees",
-                     "sandbox_mode"], "rl_lab.agents.python_tool"),
-    **dict.fromkeys(["TOOLS", "get_tool", "register_tool", "run_tool"], "rl_lab.agents.registry"),
-    "ToolResult": "rl_lab.agents.result",
-    "ScriptedEngine": "rl_lab.agents.scripted", "script_token_ids": "rl_lab.agents.scripted",
-}
-__all__ = sorted([*_EXPORTS, "CalculatorLimits", "calculator"])
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__)
+__all__ = ["TOOLS", "CalculatorLimits", "SandboxLimits", "SandboxMode", "SandboxUnavailable", "ToolEnvironment",
+           "ToolResult", "calculator", "get_tool", "register_tool", "run_python", "run_tool", "sandbox_guarantees",
+           "sandbox_mode"]

@@ -11,9 +11,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from rl_lab.corrections import safe_vocabulary
 from rl_lab.monitors import masked_mean
 from rl_lab.engines.shared_prefix import completion_logits
+from rl_lab.engines.vocabulary import safe_vocabulary
 
 
 def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, valid: torch.Tensor | None = None,

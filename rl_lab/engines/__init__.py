@@ -6,6 +6,8 @@
   shared_prefix  one prompt forward shared by the G completions of a group
   vllm_engine    VLLMEngine (optional: needs vllm)
   injectors      MismatchEngine: a sampler made to differ from the trainer on purpose
+  scripted       ScriptedEngine: HFEngine writing fixed episode scripts ("(2*3)|6"), for examples and tests
+  vocabulary     safe_vocabulary: Dynamic Vocabulary Pruning's safe set (min-p), for sampler and trainer
 
 `make_engine(config, model, tokenizer)` builds the engine an RLConfig asks for.  Chapter 1
 (book/ch01_rl_on_one_page.md) shows the sampling loop; chapter "When speed kills stability" and

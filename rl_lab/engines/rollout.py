@@ -22,9 +22,9 @@ import torch
 import torch.nn.functional as F
 
 from rl_lab.config import SamplingConfig
-from rl_lab.corrections import safe_vocabulary
 from rl_lab.engines.fast_decode import StaticDecoder, supports
 from rl_lab.engines.shared_prefix import cache_argument, returned_cache
+from rl_lab.engines.vocabulary import safe_vocabulary
 from rl_lab.utils import generator_on
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

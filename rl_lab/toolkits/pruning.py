@@ -16,7 +16,7 @@ available to us; the functions here implement the book's reading (chapter 6):
   pruning_bias_check             exact policy-gradient bias of pruning on a SequenceSpace, with
                                  the chapter's bound in terms of the excluded mass
 
-The safe set is `rl_lab.corrections.safe_vocabulary` (p >= min_p * p_max), the rule the sampler
+The safe set is `rl_lab.engines.vocabulary.safe_vocabulary` (p >= min_p * p_max), the rule the sampler
 (`SamplingConfig.min_p`) and the trainer (`RLConfig.dvp`, `DVPConfig.min_p`) use.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from rl_lab.corrections import safe_vocabulary
+from rl_lab.engines.vocabulary import safe_vocabulary
 from rl_lab.exact import flat_grad, flat_params, logits_at, score_table, sequence_probs
 
 

@@ -83,13 +83,12 @@ def resume_config(args):
 def cmd_train(args) -> int:
     from rl_lab.runs import RunFolder, check_resume_overwrite
 
-    check_resume_overwrite(args.resume, args.overwrite, args.out)
+    check_resume_overwrite(args.resume, args.overwrite, args.out)   # before --resume reads a saved config
     if args.resume and args.out and RunFolder(args.out).config_path.exists():
         cfg = resume_config(args)
     else:
         cfg = build_config(args)
-    if cfg.output_dir and not args.resume and not args.overwrite:
-        RunFolder(cfg.output_dir).refuse_if_taken()   # before the model is built (Trainer.train checks too)
+    RunFolder.check(cfg, args.resume, args.overwrite)   # before the model is built; Trainer.train begins the folder
     from rl_lab.trainer import Trainer, first_last_fifth   # torch and transformers: after the checks
 
     trainer = Trainer(cfg)
