@@ -2,10 +2,12 @@
 
 Layout (what a newcomer reads first, and what belongs to one chapter):
   core          config, errors, models, tokenizer, tasks, demonstrations, trainer, runs (run
-                folders and checkpoints), corrections (rollout correction), monitors, schedules,
-                utils, reference_step (a plain GRPO step in ~50 lines: read it first)
-  algos/        losses, advantages, the two off-policy modes, and the methods the trainer's step
-                plugs in (method, methods)
+                folders and checkpoints), method_specs (one row per method: its class, config field,
+                verl/TRL mapping), corrections and correction_options (the rollout correction's
+                modes and config), monitors, schedules, utils, reference_step (a plain GRPO step in
+                ~50 lines: read it first)
+  algos/        losses, advantages, the rollout correction as one component (correction: verl's
+                two modes), and the methods the trainer's step plugs in (method, methods)
   engines/      samplers that return their own log-probs: the HF loop (rollout), its static-cache
                 decoder (fast_decode), the shared-prefix forward (shared_prefix), vLLM
                 (vllm_engine), the mismatch injectors (injectors), the scripted engine (scripted)
