@@ -256,7 +256,7 @@ class LeanForward:
 def train_pass(model, inputs, no_mask: bool = False, with_grads: bool = False):
     """The trainer's forward (sequence_logprobs, with entropy) and a backward through its log-probs.
     `model` may be a `LeanForward`; with_grads: return (log-probs, the parameters' gradients)."""
-    from rl_lab.algos.grpo import sequence_logprobs
+    from rl_lab.algos.losses import sequence_logprobs
     prompt_ids, prompt_mask, completion = inputs
     if no_mask and bool(prompt_mask.all()):    # no row padded: no mask, so SDPA takes its causal path
         logits = model(input_ids=torch.cat([prompt_ids, completion], 1),

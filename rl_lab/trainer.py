@@ -28,7 +28,7 @@ import torch
 
 from rl_lab.algos.correction import Correction
 from rl_lab.algos.estimators import ADV_ESTIMATORS
-from rl_lab.algos.grpo import aggregate_loss, sequence_logprobs
+from rl_lab.algos.losses import aggregate_loss, sequence_logprobs
 from rl_lab.algos.method import Method, RunContext, StepState
 from rl_lab.algos.methods import build_methods
 from rl_lab.config import RLConfig, SamplingConfig

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from rl_lab.algos.grpo import aggregate_loss, group_advantages, kl_k3, policy_loss
+from rl_lab.algos.losses import aggregate_loss, group_advantages, kl_k3, policy_loss
 
 
 def test_grpo_advantages_by_hand():
@@ -155,7 +155,7 @@ def test_only_one_vocabulary_sized_tensor_is_kept_for_the_backward(fresh_tiny):
     """sequence_logprobs keeps one (B, T, V) tensor in the autograd graph (log_softmax's output,
     which its backward needs, and which gather's backward references too), with or without the
     entropy metric; the entropy has no gradient."""
-    from rl_lab.algos.grpo import sequence_logprobs
+    from rl_lab.algos.losses import sequence_logprobs
 
     model, tok = fresh_tiny
     B, P, T, V = 2, 3, 5, len(tok)

@@ -28,7 +28,7 @@ LAYERS = {
     "engines": (("rl_lab.engines",), {"engines", "core"}),
     # tools and episodes; the scripted agents sample with the HF engine
     "agents": (("rl_lab.agents",), {"agents", "core", "engines"}),
-    # losses, advantages, methods; grpo's log-probs use the shared-prefix forward (engines)
+    # losses, advantages, methods; losses' log-probs use the shared-prefix forward (engines)
     "algos": (("rl_lab.algos",), {"algos", "core", "engines"}),
     # enumerable ground truth; checks the trainer's advantage estimators and TRLOO (algos)
     "exact": (("rl_lab.exact",), {"exact", "core", "algos"}),

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from rl_lab.algos.grpo import sequence_logprobs
+from rl_lab.algos.losses import sequence_logprobs
 from rl_lab.config import SamplingConfig
 from rl_lab.engines.rollout import HFEngine, process_logits, sample_tokens
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from rl_lab.algos.grpo import sequence_logprobs
+from rl_lab.algos.losses import sequence_logprobs
 from rl_lab.config import SamplingConfig
 from rl_lab.engines.fast_decode import StaticDecoder
 from rl_lab.engines.rollout import HFEngine

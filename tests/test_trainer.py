@@ -267,7 +267,7 @@ def test_injectors_perturb_the_sampler_as_described(tiny):
 
 
 def test_injected_mismatch_shows_in_the_monitors_and_is_deterministic(tiny):
-    from rl_lab.algos.grpo import sequence_logprobs
+    from rl_lab.algos.losses import sequence_logprobs
     from rl_lab.engines import make_engine
     from rl_lab.monitors import mismatch_metrics
     model, tok = tiny
@@ -293,7 +293,7 @@ def test_dvp_gives_sampler_and_trainer_the_same_safe_vocabulary(tiny):
     """With the same weights and min_p, the sampler's reported log-probs equal the trainer's
     pruned log-probs: both renormalise over the same safe set."""
     from rl_lab import SamplingConfig
-    from rl_lab.algos.grpo import sequence_logprobs
+    from rl_lab.algos.losses import sequence_logprobs
     model, tok = tiny
     eng = HFEngine(model, tok)
     eng.record_full_logprobs = True

@@ -52,7 +52,7 @@ from verl.workers.config.actor import ActorConfig, PolicyLossConfig  # noqa: E40
 
 from rl_lab.algos.advantages import (optimal_token_baseline, reinforce_plus_plus,  # noqa: E402
                                      reinforce_plus_plus_baseline, sum_pi_squared, token_advantages)
-from rl_lab.algos.grpo import aggregate_loss, group_advantages, policy_loss  # noqa: E402
+from rl_lab.algos.losses import aggregate_loss, group_advantages, policy_loss  # noqa: E402
 from rl_lab.algos.correction import bypass_policy_loss  # noqa: E402
 from rl_lab.corrections import (CORRECTION_PRESETS, VERL_RS_OPTIONS, importance_weights,  # noqa: E402
                                 rejection_mask, rollout_correction)

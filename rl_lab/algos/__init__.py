@@ -2,8 +2,8 @@
 decoupled / bypass operating modes."""
 from rl_lab.algos.advantages import (optimal_token_baseline, reinforce_plus_plus,
                                      reinforce_plus_plus_baseline, token_advantages)
-from rl_lab.algos.grpo import (aggregate_loss, group_advantages, kl_k3, policy_loss,
-                               sequence_logprobs)
+from rl_lab.algos.losses import (aggregate_loss, group_advantages, kl_k3, policy_loss,
+                                 sequence_logprobs)
 from rl_lab.algos.correction import bypass_policy_loss, decoupled_policy_loss
 
 __all__ = ["aggregate_loss", "bypass_policy_loss", "decoupled_policy_loss", "group_advantages", "kl_k3",

@@ -1,4 +1,4 @@
-"""Per-token advantage estimators beyond GRPO/RLOO (those are `grpo.group_advantages`), with
+"""Per-token advantage estimators beyond GRPO/RLOO (those are `losses.group_advantages`), with
 verl 0.9.1's semantics and names.  Shapes: B rows, T completion tokens; `mask` (B, T) is 1 on
 tokens that count; `group_ids` (B,) says which prompt each row answers.
 
@@ -114,7 +114,7 @@ def token_advantages(estimator: str, rewards, mask, group_ids, valid, scale_rewa
     `rewards` (B,) are sequence rewards (NaN allowed on invalid rows); trloo and grpo_per_turn
     also read the (B, T) `turn_ids` of a multi-turn batch and the (B, K) `turn_rewards` if the task
     gives them."""
-    from rl_lab.algos.grpo import group_advantages
+    from rl_lab.algos.losses import group_advantages
     from rl_lab.algos.trloo import grpo_per_turn_advantages, trloo_advantages
     if estimator == "trloo":
         return trloo_advantages(rewards, mask, turn_ids, group_ids, valid, gamma, turn_rewards)

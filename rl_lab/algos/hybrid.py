@@ -75,7 +75,7 @@ class TeacherKL(Method):
 
     @torch.no_grad()
     def prepare(self, s: StepState) -> None:
-        from rl_lab.algos.grpo import sequence_logprobs
+        from rl_lab.algos.losses import sequence_logprobs
         cfg, b = self.config, s.batch
         _, s.extra["teacher_logp_all"] = sequence_logprobs(self.teacher, b.prompt_ids, b.prompt_mask,
                                                            b.completion_ids, cfg.temperature, return_all=True,

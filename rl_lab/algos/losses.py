@@ -1,5 +1,7 @@
-"""GRPO / REINFORCE on one screen.  Shapes: B rows (prompts x generations), T completion
-tokens, V vocabulary.  Masks are 1 on tokens that count.
+"""The losses of GRPO / REINFORCE and what they are built from, on one screen: group advantages,
+the trainer's per-token log-probs, the per-token policy loss, its aggregation and the k3 KL
+estimate.  Shapes: B rows (prompts x generations), T completion tokens, V vocabulary.  Masks are
+1 on tokens that count.
 
 Deviations from the GRPO paper (as in TRL and verl today): no KL term unless beta > 0, and
 the loss aggregation is a choice (`loss_agg_mode`) rather than the paper's per-sequence mean.
