@@ -152,10 +152,10 @@ def test_token_advantages_dispatch():
 
 
 def test_only_one_vocabulary_sized_tensor_is_kept_for_the_backward(fresh_tiny):
-    """sequence_logprobs keeps one (B, T, V) tensor in the autograd graph (log_softmax's output,
+    """token_logprobs keeps one (B, T, V) tensor in the autograd graph (log_softmax's output,
     which its backward needs, and which gather's backward references too), with or without the
     entropy metric; the entropy has no gradient."""
-    from rl_lab.algos.losses import sequence_logprobs
+    from rl_lab.algos.losses import token_logprobs
 
     model, tok = fresh_tiny
     B, P, T, V = 2, 3, 5, len(tok)
@@ -168,7 +168,8 @@ def test_only_one_vocabulary_sized_tensor_is_kept_for_the_backward(fresh_tiny):
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        logp, entropy = sequence_logprobs(model, prompt, torch.ones_like(prompt), completion, with_entropy=True)
+        pi = token_logprobs(model, prompt, torch.ones_like(prompt), completion, with_entropy=True)
+        logp, entropy = pi.logp, pi.entropy
     vocab_sized = {s for s in saved_shapes if s[-2] == V and s[0] == B}     # distinct storages
     assert [s[:3] for s in vocab_sized] == [(B, T, V)], vocab_sized
     assert logp.requires_grad and not entropy.requires_grad and entropy.shape == (B, T)
@@ -184,6 +185,6 @@ def test_the_trainer_keeps_the_full_distributions_only_when_an_estimator_reads_t
     tr = Trainer(RLConfig(task="addition", model="0.3M", max_steps=1, prompts_per_step=2, num_generations=2,
                           max_completion_length=4, advantage_estimator=estimator, progress_bar=False))
     batch = tr.engine.generate(["1+2=", "3+4="], 2, SamplingConfig(max_completion_length=4))
-    logp, entropy, logp_all = tr._logprobs(batch, full=True)
-    assert (logp_all is not None) == needs and logp.shape == entropy.shape
+    pi = tr._logprobs(batch, with_entropy=True)
+    assert (pi.logp_all is not None) == needs and pi.logp.shape == pi.entropy.shape
     assert tr._needs_full_logprobs() == needs
