@@ -27,7 +27,7 @@ import pandas as pd
 import torch
 
 from rl_lab.algos.correction import Correction
-from rl_lab.algos.estimators import ADV_ESTIMATORS
+from rl_lab.algos.estimators import ADV_ESTIMATORS, step_advantages
 from rl_lab.algos.losses import LogProbs, aggregate_loss, token_logprobs
 from rl_lab.algos.method import Method, RunContext, StepState
 from rl_lab.algos.methods import build_methods
@@ -203,7 +203,7 @@ class Trainer:
         corr_metrics = self.correction.per_batch(s)
 
         # ADVANTAGES, per token; like verl they see the corrected mask and weights
-        s.advantages = ADV_ESTIMATORS[cfg.advantage_estimator](s)                       # (B, T)
+        s.advantages = step_advantages(s)                                               # (B, T)
         self._hook("advantages", s)                                        # EMPG
         self._hook("prepare", s)                                           # reference/teacher log-probs, demos
 

@@ -135,19 +135,21 @@ def test_optimal_token_baseline_by_hand():
     assert torch.equal(adv[0, 1:], G[0, 1:])
 
 
-def test_token_advantages_dispatch():
-    from rl_lab.algos.advantages import token_advantages
+def test_the_registered_estimators_on_advantage_inputs():
+    from rl_lab.algos.estimators import ADV_ESTIMATORS, AdvantageInputs
     r = torch.tensor([1.0, 0.0, 1.0, 1.0])
     g = torch.tensor([0, 0, 1, 1])
     m = torch.ones(4, 3, dtype=torch.bool)
-    valid = torch.ones(4, dtype=torch.bool)
-    grpo = token_advantages("grpo", r, m, g, valid)
+    inputs = AdvantageInputs(r, m, g, valid=torch.ones(4, dtype=torch.bool))
+    grpo = ADV_ESTIMATORS["grpo"](inputs)
     assert torch.allclose(grpo, group_advantages(r, g)[:, None].expand(4, 3))
     for est in ("reinforce_plus_plus", "reinforce_plus_plus_baseline"):
-        adv = token_advantages(est, r, m, g, valid)
+        adv = ADV_ESTIMATORS[est](inputs)
         assert adv.shape == (4, 3) and torch.isfinite(adv).all()
-    lp = torch.full((4, 3), -1.0)
-    adv = token_advantages("optimal_token_baseline", r, m, g, valid, old_logp=lp, sum_pi_sq=torch.full((4, 3), 0.3))
+    with pytest.raises(ValueError, match="needs old_logp and sum_pi_sq"):
+        ADV_ESTIMATORS["optimal_token_baseline"](inputs)
+    inputs.old_logp, inputs.sum_pi_sq = torch.full((4, 3), -1.0), torch.full((4, 3), 0.3)
+    adv = ADV_ESTIMATORS["optimal_token_baseline"](inputs)
     assert adv[2:].abs().max() < 1e-6                                 # a group with equal rewards: no signal
 
 
