@@ -11,7 +11,7 @@ For each cell of section 5's grid (model 0.3M / 3M / 30M x completion length T) 
   sustains for a product of exactly its shape (measured here, fp32, median of repetitions),
   so small, thin products are held to what they can reach, not to the peak of a large square
   product (also printed);
-* the measured time of rl_lab's training forward + backward (the trainer's `sequence_logprobs`
+* the measured time of rl_lab's training forward + backward (the trainer's `token_logprobs`
   and a backward through the log-probs), its achieved FLOP/s and its fraction of the roofline.
   The forward is the plain one (`share_prefix=False`), the computation the count describes: at
   T = 16 the trainer shares the 7-token prompts (rl_lab.engines.shared_prefix) and skips 27% of
@@ -254,9 +254,9 @@ class LeanForward:
 
 
 def train_pass(model, inputs, no_mask: bool = False, with_grads: bool = False):
-    """The trainer's forward (sequence_logprobs, with entropy) and a backward through its log-probs.
+    """The trainer's forward (token_logprobs, with entropy) and a backward through its log-probs.
     `model` may be a `LeanForward`; with_grads: return (log-probs, the parameters' gradients)."""
-    from rl_lab.algos.grpo import sequence_logprobs
+    from rl_lab.algos.losses import token_logprobs
     prompt_ids, prompt_mask, completion = inputs
     if no_mask and bool(prompt_mask.all()):    # no row padded: no mask, so SDPA takes its causal path
         logits = model(input_ids=torch.cat([prompt_ids, completion], 1),
@@ -266,8 +266,8 @@ def train_pass(model, inputs, no_mask: bool = False, with_grads: bool = False):
         with torch.no_grad():
             torch.special.entr(logp_all.exp()).sum(-1)
     else:
-        logp, _ = sequence_logprobs(model, prompt_ids, prompt_mask, completion, with_entropy=True,
-                                    share_prefix=False)
+        logp = token_logprobs(model, prompt_ids, prompt_mask, completion, with_entropy=True,
+                              share_prefix=False).logp
     logp.sum().backward()
     module = model.model if isinstance(model, LeanForward) else model
     grads = [p.grad.clone() for p in module.parameters()] if with_grads else None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from rl_lab.algos.grpo import sequence_logprobs
+from rl_lab.algos.losses import sequence_logprobs
 
 
 def reference_grpo_step(model, optimizer, engine, task, examples: list[dict], num_generations: int,

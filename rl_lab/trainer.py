@@ -27,8 +27,8 @@ import pandas as pd
 import torch
 
 from rl_lab.algos.correction import Correction
-from rl_lab.algos.estimators import ADV_ESTIMATORS
-from rl_lab.algos.grpo import aggregate_loss, sequence_logprobs
+from rl_lab.algos.estimators import ADV_ESTIMATORS, step_advantages
+from rl_lab.algos.losses import LogProbs, aggregate_loss, token_logprobs
 from rl_lab.algos.method import Method, RunContext, StepState
 from rl_lab.algos.methods import build_methods
 from rl_lab.config import RLConfig, SamplingConfig
@@ -194,7 +194,8 @@ class Trainer:
 
         # TRAINER LOG-PROBS (pi), with gradient; the first iteration's copy is pi_old
         nonempty = s.mask.any(-1)                                                        # (B,)
-        s.logp, s.entropy, s.logp_all = self._logprobs(batch, full=True)   # (B, T) x2, (B, T, V) or None
+        pi = self._logprobs(batch, with_entropy=True)
+        s.logp, s.entropy, s.logp_all = pi.logp, pi.entropy, pi.logp_all  # (B, T) x2, (B, T, V) or None
         s.first_logp_all, s.old_logp = s.logp_all, s.logp.detach()
         self._hook("mask_tokens", s)                                       # truncation, DVP
 
@@ -212,7 +213,7 @@ class Trainer:
         corr_metrics = self.correction.per_batch(s)
 
         # ADVANTAGES, per token; like verl they see the corrected mask and weights
-        s.advantages = ADV_ESTIMATORS[cfg.advantage_estimator](s)                       # (B, T)
+        s.advantages = step_advantages(s)                                               # (B, T)
         self._hook("advantages", s)                                        # EMPG
         self._hook("prepare", s)                                           # reference/teacher log-probs, demos
 
@@ -222,7 +223,8 @@ class Trainer:
         skip = any(self._hook("skip_update", s))                          # zero-spread steps
         for it in range(0 if skip else cfg.num_iterations):
             if it > 0:
-                s.logp, s.logp_all = self._logprobs(batch)
+                pi = self._logprobs(batch)
+                s.logp, s.logp_all = pi.logp, pi.logp_all
             s.logp_safe = torch.where(s.mask, s.logp, torch.zeros_like(s.logp))
             per_token, pg_metrics, corr_metrics = self.correction.policy_loss(s, corr_metrics)  # s.loss_mask
             for term in self._hook("token_loss", s):                       # reference KL, teacher KL
@@ -299,17 +301,13 @@ class Trainer:
         return (ADV_ESTIMATORS[self.config.advantage_estimator].needs_full_logprobs
                 or any(m.needs_full_logprobs for m in self.methods) or self.correction.needs_distributions)
 
-    def _logprobs(self, batch: RolloutBatch, full: bool = False):
-        """The trainer's log-probs of the batch's tokens (B, T) [and entropy (B, T)], then the
-        (B, T, V) log pi when `_needs_full_logprobs()`, else None."""
+    def _logprobs(self, batch: RolloutBatch, with_entropy: bool = False) -> LogProbs:
+        """The trainer's log-probs of the batch's tokens, with their entropy if asked, and the
+        (B, T, V) `logp_all` only when `_needs_full_logprobs()`."""
         cfg = self.config
-        keep_all = self._needs_full_logprobs()
-        out = sequence_logprobs(self.model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
-                                cfg.temperature, with_entropy=full, return_all=keep_all,
-                                share_prefix=cfg.share_prefix, **self.run.forward_options)
-        out = out if isinstance(out, tuple) else (out,)
-        out = out if keep_all else (*out, None)
-        return out if full else (out[0], out[-1])
+        return token_logprobs(self.model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
+                              cfg.temperature, with_entropy=with_entropy, with_all=self._needs_full_logprobs(),
+                              share_prefix=cfg.share_prefix, **self.run.forward_options)
 
     def _episode_kwargs(self) -> dict:
         """The engine's `environment` argument when episodes are multi-turn (none otherwise, so

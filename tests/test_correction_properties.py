@@ -8,7 +8,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rl_lab.algos.grpo import aggregate_loss, policy_loss
+from rl_lab.algos.losses import aggregate_loss, policy_loss
 from rl_lab.corrections import (VERL_RS_OPTIONS, importance_weights, rejection_mask,
                                 rollout_correction)
 

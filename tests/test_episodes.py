@@ -75,16 +75,15 @@ def test_max_turns_one_is_the_single_turn_trainer_bit_for_bit():
 def test_an_environment_token_conditions_what_follows_but_adds_nothing_to_the_loss(monkeypatch):
     import rl_lab.trainer as trainer_module
     captured = []
-    original = trainer_module.sequence_logprobs
+    original = trainer_module.token_logprobs
 
     def keep(*args, **kwargs):
         out = original(*args, **kwargs)
-        first = out[0] if isinstance(out, tuple) else out
-        if first.requires_grad:
-            first.retain_grad()
-            captured.append(first)
+        if out.logp.requires_grad:
+            out.logp.retain_grad()
+            captured.append(out.logp)
         return out
-    monkeypatch.setattr(trainer_module, "sequence_logprobs", keep)
+    monkeypatch.setattr(trainer_module, "token_logprobs", keep)
 
     a, tok = scripted_batch()
     b = copy.deepcopy(a)

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from rl_lab.algos.grpo import aggregate_loss, group_advantages, kl_k3, policy_loss
+from rl_lab.algos.losses import aggregate_loss, group_advantages, kl_k3, policy_loss
 
 
 def test_grpo_advantages_by_hand():
@@ -135,27 +135,29 @@ def test_optimal_token_baseline_by_hand():
     assert torch.equal(adv[0, 1:], G[0, 1:])
 
 
-def test_token_advantages_dispatch():
-    from rl_lab.algos.advantages import token_advantages
+def test_the_registered_estimators_on_advantage_inputs():
+    from rl_lab.algos.estimators import ADV_ESTIMATORS, AdvantageInputs
     r = torch.tensor([1.0, 0.0, 1.0, 1.0])
     g = torch.tensor([0, 0, 1, 1])
     m = torch.ones(4, 3, dtype=torch.bool)
-    valid = torch.ones(4, dtype=torch.bool)
-    grpo = token_advantages("grpo", r, m, g, valid)
+    inputs = AdvantageInputs(r, m, g, valid=torch.ones(4, dtype=torch.bool))
+    grpo = ADV_ESTIMATORS["grpo"](inputs)
     assert torch.allclose(grpo, group_advantages(r, g)[:, None].expand(4, 3))
     for est in ("reinforce_plus_plus", "reinforce_plus_plus_baseline"):
-        adv = token_advantages(est, r, m, g, valid)
+        adv = ADV_ESTIMATORS[est](inputs)
         assert adv.shape == (4, 3) and torch.isfinite(adv).all()
-    lp = torch.full((4, 3), -1.0)
-    adv = token_advantages("optimal_token_baseline", r, m, g, valid, old_logp=lp, sum_pi_sq=torch.full((4, 3), 0.3))
+    with pytest.raises(ValueError, match="needs old_logp and sum_pi_sq"):
+        ADV_ESTIMATORS["optimal_token_baseline"](inputs)
+    inputs.old_logp, inputs.sum_pi_sq = torch.full((4, 3), -1.0), torch.full((4, 3), 0.3)
+    adv = ADV_ESTIMATORS["optimal_token_baseline"](inputs)
     assert adv[2:].abs().max() < 1e-6                                 # a group with equal rewards: no signal
 
 
 def test_only_one_vocabulary_sized_tensor_is_kept_for_the_backward(fresh_tiny):
-    """sequence_logprobs keeps one (B, T, V) tensor in the autograd graph (log_softmax's output,
+    """token_logprobs keeps one (B, T, V) tensor in the autograd graph (log_softmax's output,
     which its backward needs, and which gather's backward references too), with or without the
     entropy metric; the entropy has no gradient."""
-    from rl_lab.algos.grpo import sequence_logprobs
+    from rl_lab.algos.losses import token_logprobs
 
     model, tok = fresh_tiny
     B, P, T, V = 2, 3, 5, len(tok)
@@ -168,7 +170,8 @@ def test_only_one_vocabulary_sized_tensor_is_kept_for_the_backward(fresh_tiny):
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        logp, entropy = sequence_logprobs(model, prompt, torch.ones_like(prompt), completion, with_entropy=True)
+        pi = token_logprobs(model, prompt, torch.ones_like(prompt), completion, with_entropy=True)
+        logp, entropy = pi.logp, pi.entropy
     vocab_sized = {s for s in saved_shapes if s[-2] == V and s[0] == B}     # distinct storages
     assert [s[:3] for s in vocab_sized] == [(B, T, V)], vocab_sized
     assert logp.requires_grad and not entropy.requires_grad and entropy.shape == (B, T)
@@ -184,6 +187,6 @@ def test_the_trainer_keeps_the_full_distributions_only_when_an_estimator_reads_t
     tr = Trainer(RLConfig(task="addition", model="0.3M", max_steps=1, prompts_per_step=2, num_generations=2,
                           max_completion_length=4, advantage_estimator=estimator, progress_bar=False))
     batch = tr.engine.generate(["1+2=", "3+4="], 2, SamplingConfig(max_completion_length=4))
-    logp, entropy, logp_all = tr._logprobs(batch, full=True)
-    assert (logp_all is not None) == needs and logp.shape == entropy.shape
+    pi = tr._logprobs(batch, with_entropy=True)
+    assert (pi.logp_all is not None) == needs and pi.logp.shape == pi.entropy.shape
     assert tr._needs_full_logprobs() == needs

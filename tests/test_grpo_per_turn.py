@@ -11,7 +11,7 @@ import torch
 
 from rl_lab import RLConfig
 from rl_lab.agents import ToolEnvironment
-from rl_lab.algos.advantages import token_advantages
+from rl_lab.algos.estimators import ADV_ESTIMATORS, AdvantageInputs
 from rl_lab.algos.trloo import (grpo_per_turn_advantages, trajectory_self_included,
                                 turn_group_metrics, turn_group_normalized, turn_leave_one_out, turn_self_included)
 from rl_lab.exact.turns import TwoTurnToy, angle_degrees, expected_update, true_gradient
@@ -79,10 +79,11 @@ def test_one_turn_is_trajectory_level_grpo(scale):
     mask[5, 3:] = False
     group_ids = torch.arange(4).repeat_interleave(4)
     valid = torch.isfinite(rewards)
-    grpo = token_advantages("grpo", rewards, mask, group_ids, valid, scale)
+    grpo = ADV_ESTIMATORS["grpo"](AdvantageInputs(rewards, mask, group_ids, valid, scale))
     assert grpo.abs().sum() > 0
     for turn_ids in (None, torch.zeros(16, 5, dtype=torch.long)):   # no turn ids, or one turn each
-        per_turn = token_advantages("grpo_per_turn", rewards, mask, group_ids, valid, scale, turn_ids=turn_ids)
+        inputs = AdvantageInputs(rewards, mask, group_ids, valid, scale, turn_ids=turn_ids)
+        per_turn = ADV_ESTIMATORS["grpo_per_turn"](inputs)
         assert torch.equal(per_turn, grpo)
 
 
@@ -92,7 +93,7 @@ def test_grpo_per_turn_and_trloo_differ_by_n_over_n_minus_one_per_turn():
     turn_ids = torch.tensor([[0, 0, 1, 1], [0, 0, 0, 0], [0, 1, 1, 1], [0, 0, 1, 1]])
     rewards, groups, valid = torch.tensor([1.0, 0.0, 0.0, 1.0]), torch.zeros(4, dtype=torch.long), torch.ones(4, dtype=bool)
     grpo = grpo_per_turn_advantages(rewards, mask, turn_ids, groups, valid, "none")
-    loo = token_advantages("trloo", rewards, mask, groups, valid, turn_ids=turn_ids)
+    loo = ADV_ESTIMATORS["trloo"](AdvantageInputs(rewards, mask, groups, valid, turn_ids=turn_ids))
     factor = torch.where(turn_ids == 0, 4 / 3, 3 / 2)           # n_0 = 4, n_1 = 3
     assert torch.allclose(loo, factor * grpo)
 
@@ -112,14 +113,13 @@ def test_turn_group_metrics_by_hand():
 
 # ----------------------------------------------------------------------------- a trainer step
 def capture_advantages(monkeypatch) -> list:
-    """Wrap the registered grpo_per_turn: every call appends (StepState, advantages)."""
-    from rl_lab.algos.estimators import ADV_ESTIMATORS
+    """Wrap the registered grpo_per_turn: every call appends (AdvantageInputs, advantages)."""
     estimate, captured = ADV_ESTIMATORS["grpo_per_turn"], []
 
-    def wrapped(s):
-        captured.append((s, estimate(s)))
+    def wrapped(inputs):
+        captured.append((inputs, estimate(inputs)))
         return captured[-1][1]
-    wrapped.needs_full_logprobs = estimate.needs_full_logprobs
+    wrapped.needs_full_logprobs, wrapped.needs_turn_rewards = estimate.needs_full_logprobs, estimate.needs_turn_rewards
     monkeypatch.setitem(ADV_ESTIMATORS, "grpo_per_turn", wrapped)
     return captured
 
@@ -151,7 +151,8 @@ def test_a_trainer_step_groups_the_advantages_per_prompt_and_turn(monkeypatch):
     assert (A[0][mask[0] & (turns[0] == 1)] == 0).all() and (mask[0] & (turns[0] == 1)).any()
     assert torch.allclose(A[2][mask[2] & (turns[2] == 1)], A[2][mask[2] & (turns[2] == 0)][:1])
     assert (A[3][mask[3] & (turns[3] == 2)] == 0).all() and (mask[3] & (turns[3] == 2)).any()
-    grpo = token_advantages("grpo", torch.tensor(rewards), mask, batch.group_ids, torch.ones(4, dtype=torch.bool))
+    grpo = ADV_ESTIMATORS["grpo"](AdvantageInputs(torch.tensor(rewards), mask, batch.group_ids,
+                                                  torch.ones(4, dtype=torch.bool)))
     assert (grpo[0][mask[0] & (turns[0] == 1)] != 0).all()         # trajectory-level: the episode's advantage
     assert metrics["turns/varying_groups"] == 1.0                  # both groups: 2 vs 1 and 2 vs 3 turns
 
@@ -199,15 +200,15 @@ def test_the_flaky_task_from_the_warm_start_varies_the_turns_within_groups(monke
                    prompts_per_step=4, num_generations=8, max_completion_length=24, max_steps=1, eval_prompts=4,
                    advantage_estimator="grpo_per_turn", progress_bar=False, seed=100)
     metrics = Trainer(cfg).step()
-    s, A = captured[0]
+    x, A = captured[0]
     assert torch.isfinite(A).all() and metrics["turns/varying_groups"] >= 0.5
-    mask, turns, groups = s.mask, s.batch.turn_ids, s.batch.group_ids
+    mask, turns, groups = x.mask, x.turn_ids, x.group_ids
     n_turns = torch.where(mask, turns, -1).max(-1).values + 1
     assert set(n_turns.tolist()) <= {0, 1, 2} and (n_turns == 1).any() and (n_turns == 2).any()
-    R = s.rewards.double().tolist()
+    R = x.rewards.double().tolist()
     for row in range(len(R)):
         for k in range(int(n_turns[row])):
-            mates = [j for j in range(len(R)) if groups[j] == groups[row] and n_turns[j] > k and s.trains[j]]
+            mates = [j for j in range(len(R)) if groups[j] == groups[row] and n_turns[j] > k and x.valid[j]]
             vals = torch.tensor([R[j] for j in mates], dtype=torch.float64)
             want = 0.0 if len(mates) < 2 else float((R[row] - vals.mean()) / (vals.std() + 1e-6))
             got = A[row][mask[row] & (turns[row] == k)]

@@ -28,7 +28,7 @@ LAYERS = {
     "engines": (("rl_lab.engines",), {"engines", "core", "agents"}),
     # tools and episodes: the bottom layer, nothing of rl_lab outside it
     "agents": (("rl_lab.agents",), {"agents"}),
-    # losses, advantages, methods; grpo's log-probs use the shared-prefix forward and DVP's safe
+    # losses, advantages, methods; losses' log-probs use the shared-prefix forward and DVP's safe
     # vocabulary (engines)
     "algos": (("rl_lab.algos",), {"algos", "core", "engines"}),
     # enumerable ground truth; checks the trainer's advantage estimators and TRLOO (algos)

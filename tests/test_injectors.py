@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from rl_lab.algos.grpo import sequence_logprobs
+from rl_lab.algos.losses import sequence_logprobs
 from rl_lab.config import ConfigError, RLConfig, SamplingConfig
 from rl_lab.engines import MismatchEngine, make_engine
 from rl_lab.engines.rollout import HFEngine

@@ -109,7 +109,7 @@ def test_llama_8b_rank_one_matches_peft_on_meta():
 
 def test_first_step_kl_is_quadratic_and_the_lr_factor_rank_free(warm):
     from rl_lab import HFEngine, SamplingConfig
-    from rl_lab.algos.grpo import group_advantages
+    from rl_lab.algos.losses import group_advantages
     from rl_lab.toolkits.lora import first_step_kl, matched_lr_factor
 
     model, tok = warm

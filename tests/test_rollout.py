@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from rl_lab.algos.grpo import sequence_logprobs
+from rl_lab.algos.losses import sequence_logprobs, token_logprobs
 from rl_lab.config import SamplingConfig
 from rl_lab.engines.rollout import HFEngine, process_logits, sample_tokens
 from rl_lab.engines.vocabulary import safe_vocabulary
@@ -298,8 +298,8 @@ def test_min_tokens_holds_eos_back_and_forces_a_length(tiny, fast):
     assert not (held.completion_ids[:, :5] == eos).any()
     # mu before min_tokens is the model's distribution with <eos> removed, renormalised
     with torch.no_grad():
-        lp, lp_all = sequence_logprobs(model, held.prompt_ids, held.prompt_mask, held.completion_ids,
-                                       return_all=True)                     # (B, T), (B, T, V)
+        pi = token_logprobs(model, held.prompt_ids, held.prompt_mask, held.completion_ids, with_all=True)
+    lp, lp_all = pi.logp, pi.logp_all                                       # (B, T), (B, T, V)
     renormalised = lp[:, :5] - torch.log1p(-lp_all[:, :5, eos].exp())
     assert (held.sampler_logprobs[:, :5] - renormalised).abs().max() < 1e-4
     forced = _gen(engine, min_tokens=10)                                # = max_completion_length

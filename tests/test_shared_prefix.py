@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from rl_lab.algos.grpo import sequence_logprobs
+from rl_lab.algos.losses import token_logprobs
 from rl_lab.config import SamplingConfig
 from rl_lab.engines.fast_decode import StaticDecoder
 from rl_lab.engines.rollout import HFEngine
@@ -52,15 +52,15 @@ def test_shared_logits_and_gradients_equal_the_plain_forward(fresh_tiny):
         assert (g_shared[name] - g_plain[name]).abs().max().item() <= 1e-4 * scale + 1e-9, name
 
 
-def test_sequence_logprobs_shares_by_default_and_matches(tiny):
+def test_token_logprobs_shares_by_default_and_matches(tiny):
     model, tok = tiny
     b = _batch(model, tok, seed=1)
     with torch.no_grad():
-        lp, ent, full = sequence_logprobs(model, b.prompt_ids, b.prompt_mask, b.completion_ids, 0.7,
-                                          with_entropy=True, return_all=True)
-        lp0, ent0, full0 = sequence_logprobs(model, b.prompt_ids, b.prompt_mask, b.completion_ids, 0.7,
-                                             with_entropy=True, return_all=True, share_prefix=False)
-    for a, c in ((lp, lp0), (ent, ent0), (full, full0)):
+        shared = token_logprobs(model, b.prompt_ids, b.prompt_mask, b.completion_ids, 0.7,
+                                with_entropy=True, with_all=True)
+        plain = token_logprobs(model, b.prompt_ids, b.prompt_mask, b.completion_ids, 0.7,
+                               with_entropy=True, with_all=True, share_prefix=False)
+    for a, c in ((shared.logp, plain.logp), (shared.entropy, plain.entropy), (shared.logp_all, plain.logp_all)):
         assert (a - c).abs().max().item() < 1e-5
 
 

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from rl_lab import RLConfig
-from rl_lab.algos.grpo import group_advantages
+from rl_lab.algos.losses import group_advantages
 from rl_lab.algos.simpletir import (after_tool_output, drop_void_trajectories, logit_gradient_norm,
                                     tool_conditioned_token_stats)
 from rl_lab.config import ConfigError

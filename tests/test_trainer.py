@@ -265,7 +265,7 @@ def test_injectors_perturb_the_sampler_as_described(tiny):
 
 
 def test_injected_mismatch_shows_in_the_monitors_and_is_deterministic(tiny):
-    from rl_lab.algos.grpo import sequence_logprobs
+    from rl_lab.algos.losses import sequence_logprobs
     from rl_lab.engines import make_engine
     from rl_lab.monitors import mismatch_metrics
     model, tok = tiny
@@ -291,15 +291,15 @@ def test_dvp_gives_sampler_and_trainer_the_same_safe_vocabulary(tiny):
     """With the same weights and min_p, the sampler's reported log-probs equal the trainer's
     pruned log-probs: both renormalise over the same safe set."""
     from rl_lab import SamplingConfig
-    from rl_lab.algos.grpo import sequence_logprobs
+    from rl_lab.algos.losses import sequence_logprobs, token_logprobs
     model, tok = tiny
     eng = HFEngine(model, tok)
     eng.record_full_logprobs = True
     b = eng.generate(["12+34="] * 4, 2, SamplingConfig(max_completion_length=6, min_p=0.2),
                      torch.Generator().manual_seed(0))
     with torch.no_grad():
-        lp, lp_all = sequence_logprobs(model, b.prompt_ids, b.prompt_mask, b.completion_ids,
-                                       dvp_min_p=0.2, return_all=True)
+        pi = token_logprobs(model, b.prompt_ids, b.prompt_mask, b.completion_ids, dvp_min_p=0.2, with_all=True)
+    lp, lp_all = pi.logp, pi.logp_all
     m = b.completion_mask.bool()
     torch.testing.assert_close(lp[m], b.sampler_logprobs[m], atol=1e-5, rtol=0)
     torch.testing.assert_close(lp_all[m], b.sampler_logprobs_full[m], atol=1e-5, rtol=0)

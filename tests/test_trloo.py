@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rl_lab import RLConfig
-from rl_lab.algos.advantages import token_advantages
+from rl_lab.algos.estimators import ADV_ESTIMATORS, AdvantageInputs
 from rl_lab.algos.trloo import (outcome_turn_rewards, per_token, trloo_advantages, turn_leave_one_out,
                                 turn_returns, turn_self_included, turns_present)
 from rl_lab.exact.turns import TwoTurnToy, angle_degrees, expected_update, true_gradient
@@ -44,8 +44,8 @@ def test_single_turn_trloo_is_rloo():
     mask = torch.ones(8, 3, dtype=torch.bool)
     group_ids = torch.arange(2).repeat_interleave(4)
     valid = torch.ones(8, dtype=torch.bool)
-    trloo = token_advantages("trloo", rewards, mask, group_ids, valid)
-    rloo = token_advantages("rloo", rewards, mask, group_ids, valid)
+    trloo = ADV_ESTIMATORS["trloo"](AdvantageInputs(rewards, mask, group_ids, valid))
+    rloo = ADV_ESTIMATORS["rloo"](AdvantageInputs(rewards, mask, group_ids, valid))
     assert torch.allclose(trloo, rloo, atol=1e-6)
 
 

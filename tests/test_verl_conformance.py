@@ -51,9 +51,10 @@ from verl.utils.torch_functional import calculate_sum_pi_squared_from_logits  # 
 from verl.workers.config.actor import ActorConfig, PolicyLossConfig  # noqa: E402
 
 from rl_lab.algos.advantages import (optimal_token_baseline, reinforce_plus_plus,  # noqa: E402
-                                     reinforce_plus_plus_baseline, sum_pi_squared, token_advantages)
-from rl_lab.algos.grpo import aggregate_loss, group_advantages, policy_loss  # noqa: E402
+                                     reinforce_plus_plus_baseline, sum_pi_squared)
+from rl_lab.algos.losses import aggregate_loss, group_advantages, policy_loss  # noqa: E402
 from rl_lab.algos.correction import bypass_policy_loss  # noqa: E402
+from rl_lab.algos.estimators import ADV_ESTIMATORS, AdvantageInputs  # noqa: E402
 from rl_lab.corrections import (CORRECTION_PRESETS, VERL_RS_OPTIONS, importance_weights,  # noqa: E402
                                 rejection_mask, rollout_correction)
 from rl_lab.monitors import mismatch_metrics  # noqa: E402
@@ -321,7 +322,7 @@ def test_grpo_and_rloo_advantages():
 
 def test_grpo_default_epsilon_is_verls():
     """With the defaults on both sides (verl's epsilon=1e-6; rl_lab's group_advantages and
-    token_advantages, as the trainer calls them) a group whose scores barely differ gets the
+    ADV_ESTIMATORS["grpo"], as the trainer calls them) a group whose scores barely differ gets the
     same advantages: -+0.706 for [0, 0.001], where an epsilon of 1e-4 gives -+0.620."""
     ids, m = _groups((2, 3)), torch.ones(5, 3, dtype=D)
     scores = torch.tensor([0.0, 0.001, 1.0, 1.0005, 0.9995], dtype=D)
@@ -330,7 +331,7 @@ def test_grpo_default_epsilon_is_verls():
     theirs, _ = core_algos.compute_grpo_outcome_advantage(token_r, m, ids.numpy())
     assert theirs[0, 0].item() == pytest.approx(-0.0005 / (0.001 / math.sqrt(2) + 1e-6), rel=1e-12)
     torch.testing.assert_close(group_advantages(scores, ids)[:, None] * m, theirs, rtol=1e-9, atol=1e-12)
-    ours = token_advantages("grpo", scores, m.bool(), ids, torch.ones(5, dtype=torch.bool))
+    ours = ADV_ESTIMATORS["grpo"](AdvantageInputs(scores, m.bool(), ids, torch.ones(5, dtype=torch.bool)))
     torch.testing.assert_close(ours.to(D), theirs, rtol=1e-9, atol=1e-12)
 
 

@@ -31,7 +31,7 @@ def setup():
 
 
 def _trainer_logp(model, batch, temperature=1.0):
-    from rl_lab.algos.grpo import sequence_logprobs
+    from rl_lab.algos.losses import sequence_logprobs
     with torch.no_grad():
         return sequence_logprobs(model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
                                  temperature=temperature)
@@ -70,14 +70,14 @@ def test_in_memory_sync_follows_the_trainer(setup):
 
 def test_processed_logprobs_include_temperature_top_k_top_p(setup):
     """vLLM reports log mu of the distribution it sampled from, as rl_lab.engines.rollout.process_logits."""
-    from rl_lab.algos.grpo import sequence_logprobs
+    from rl_lab.algos.losses import token_logprobs
     from rl_lab.engines.rollout import process_logits
     model, tok, eng = setup
     sampling = SamplingConfig(max_completion_length=8, temperature=0.7, top_p=0.9, top_k=20)
     batch = eng.generate(PROMPTS, 4, sampling, torch.Generator().manual_seed(0))
     with torch.no_grad():
-        _, full = sequence_logprobs(model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
-                                    return_all=True)                    # (B, T, V) at temperature 1
+        full = token_logprobs(model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
+                              with_all=True).logp_all                   # (B, T, V) at temperature 1
     B, T, V = full.shape
     mu = process_logits(full.reshape(B * T, V), sampling).reshape(B, T, V)
     expected = mu.gather(-1, batch.completion_ids[..., None])[..., 0]

@@ -83,7 +83,7 @@ def setup():
 
 
 def trainer_logprobs(model, batch):
-    from rl_lab.algos.grpo import sequence_logprobs
+    from rl_lab.algos.losses import sequence_logprobs
     with torch.no_grad():
         return sequence_logprobs(model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids)
 

@@ -1,6 +1,7 @@
-"""Per-token advantage estimators beyond GRPO/RLOO (those are `grpo.group_advantages`), with
-verl 0.9.1's semantics and names.  Shapes: B rows, T completion tokens; `mask` (B, T) is 1 on
-tokens that count; `group_ids` (B,) says which prompt each row answers.
+"""Per-token advantage estimators beyond GRPO/RLOO (those are `losses.group_advantages`), with
+verl 0.9.1's semantics and names; rl_lab.algos.estimators registers them by name.  Shapes: B rows,
+T completion tokens; `mask` (B, T) is 1 on tokens that count; `group_ids` (B,) says which prompt
+each row answers.
 
   reinforce_plus_plus           discounted reward-to-go, whitened over the batch
   reinforce_plus_plus_baseline  (score - group mean), whitened over the batch
@@ -105,36 +106,3 @@ def optimal_token_baseline(token_rewards, mask, group_ids, old_logp, sum_pi_sq, 
         if handle_zero_tail and len(longest) == 1 and top2[1] > top2[0]:
             baseline[rows[longest[0]], int(top2[0]):] = 0.0
     return (returns - baseline) * m, returns
-
-
-def token_advantages(estimator: str, rewards, mask, group_ids, valid, scale_rewards: str = "group",
-                     gamma: float = 1.0, old_logp=None, sum_pi_sq=None, is_weights=None, turn_ids=None,
-                     turn_rewards=None):
-    """Dispatch on RLConfig.advantage_estimator -> (B, T) advantages, 0 on invalid rows.
-    `rewards` (B,) are sequence rewards (NaN allowed on invalid rows); trloo and grpo_per_turn
-    also read the (B, T) `turn_ids` of a multi-turn batch and the (B, K) `turn_rewards` if the task
-    gives them."""
-    from rl_lab.algos.grpo import group_advantages
-    from rl_lab.algos.trloo import grpo_per_turn_advantages, trloo_advantages
-    if estimator == "trloo":
-        return trloo_advantages(rewards, mask, turn_ids, group_ids, valid, gamma, turn_rewards)
-    if estimator == "grpo_per_turn":
-        return grpo_per_turn_advantages(rewards, mask, turn_ids, group_ids, valid, scale_rewards, gamma, turn_rewards)
-    if estimator in ("grpo", "rloo"):
-        adv = group_advantages(rewards, group_ids, valid, estimator, scale_rewards)   # (B,)
-        return adv[:, None] * mask
-    r = torch.where(valid, rewards, torch.zeros_like(rewards)).double()
-    m = mask & valid[:, None]
-    token_r = outcome_token_rewards(r, m)
-    if estimator == "reinforce_plus_plus":
-        adv, _ = reinforce_plus_plus(token_r, m, gamma)
-    elif estimator == "reinforce_plus_plus_baseline":
-        adv, _ = reinforce_plus_plus_baseline(token_r, m, group_ids)
-    elif estimator == "optimal_token_baseline":
-        if old_logp is None or sum_pi_sq is None:
-            raise ValueError("optimal_token_baseline needs old_logp and sum_pi_sq (B, T)")
-        adv, _ = optimal_token_baseline(token_r, m, group_ids, old_logp.double(), sum_pi_sq.double(),
-                                        None if is_weights is None else is_weights.double())
-    else:
-        raise ValueError(f"advantage_estimator={estimator!r} is unknown")
-    return adv.to(rewards.dtype)

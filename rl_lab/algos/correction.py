@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from rl_lab.algos.grpo import policy_loss
+from rl_lab.algos.losses import policy_loss
 from rl_lab.corrections import active_modes, rollout_correction, token_kl
 from rl_lab.errors import ConfigError
 

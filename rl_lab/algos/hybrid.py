@@ -75,11 +75,11 @@ class TeacherKL(Method):
 
     @torch.no_grad()
     def prepare(self, s: StepState) -> None:
-        from rl_lab.algos.grpo import sequence_logprobs
+        from rl_lab.algos.losses import token_logprobs
         cfg, b = self.config, s.batch
-        _, s.extra["teacher_logp_all"] = sequence_logprobs(self.teacher, b.prompt_ids, b.prompt_mask,
-                                                           b.completion_ids, cfg.temperature, return_all=True,
-                                                           share_prefix=cfg.share_prefix)          # (B, T, V)
+        s.extra["teacher_logp_all"] = token_logprobs(self.teacher, b.prompt_ids, b.prompt_mask, b.completion_ids,
+                                                     cfg.temperature, with_all=True,
+                                                     share_prefix=cfg.share_prefix).logp_all     # (B, T, V)
 
     def token_loss(self, s: StepState):
         teacher_kl = reverse_kl(s.logp_all, s.extra["teacher_logp_all"])                 # (B, T)

@@ -6,7 +6,7 @@ import copy
 
 import torch
 
-from rl_lab.algos.grpo import kl_k3, sequence_logprobs
+from rl_lab.algos.losses import kl_k3, sequence_logprobs
 from rl_lab.algos.method import Method, RunContext, StepState, masked_token_mean
 
 

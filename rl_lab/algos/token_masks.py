@@ -4,8 +4,8 @@ TruncationMask (RLConfig.mask_truncated_completions; DAPO's overlong filtering, 
     `mask_truncated_completions`): a completion cut at max_completion_length has no verified end,
     so none of its tokens train.  By design, not a fault: nothing is counted under faults/.
 DVP (RLConfig.dvp, DVPConfig.min_p; chapter 6, Dynamic Vocabulary Pruning): the trainer's log-prob of a token
-    outside pi's kept vocabulary {v : pi_v >= min_p x max pi} is -inf (rl_lab.algos.grpo.
-    sequence_logprobs prunes it), and such a token leaves the objective; logged as
+    outside pi's kept vocabulary {v : pi_v >= min_p x max pi} is -inf (rl_lab.algos.losses.
+    token_logprobs prunes it), and such a token leaves the objective; logged as
     dvp/outside_fraction.
 """
 from __future__ import annotations

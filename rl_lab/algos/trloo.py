@@ -102,7 +102,7 @@ def turn_group_normalized(G: torch.Tensor, exists: torch.Tensor, group_ids: torc
                           scale_rewards: str = "group", eps: float = 1e-6) -> torch.Tensor:
     """(B, K) -> (B, K) multi-turn GRPO per (prompt, turn): `turn_self_included`'s G_ik - mean_k,
     divided by the std of the group's returns at turn k ("group": unbiased, + eps, as
-    rl_lab.algos.grpo.group_advantages does per prompt), by the std over every present (row, turn)
+    rl_lab.algos.losses.group_advantages does per prompt), by the std over every present (row, turn)
     ("batch"), or not at all ("none").  0 on absent turns and where a row is alone at its turn."""
     A = turn_self_included(G, exists, group_ids)
     e = exists.to(G.dtype)
@@ -161,7 +161,7 @@ def grpo_per_turn_advantages(rewards: torch.Tensor, mask: torch.Tensor, turn_ids
     """(B,) episode rewards (or (B, K) `turn_rewards`) -> (B, T) multi-turn GRPO advantages
     grouped per (prompt, turn) (`turn_group_normalized`) on the counted tokens of valid rows: the
     turn returns of TRLOO with a self-included mean per turn.  With one turn per row (or no turn
-    ids) it is the trajectory-level `grpo` (rl_lab.algos.grpo.group_advantages) on every valid row
+    ids) it is the trajectory-level `grpo` (rl_lab.algos.losses.group_advantages) on every valid row
     with a counted token."""
     G, exists, m = turn_table(rewards, mask, turn_ids, valid, gamma, turn_rewards)
     A = turn_group_normalized(G, exists, group_ids, scale_rewards)

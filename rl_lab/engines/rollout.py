@@ -32,7 +32,11 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 
 @dataclass
 class RolloutBatch:
-    """B = len(prompts) * n rows, grouped: rows [g*n, (g+1)*n) share prompt g."""
+    """B = len(prompts) * n rows, grouped: rows [g*n, (g+1)*n) share prompt g.
+
+    Every engine fills the first nine fields.  The two blocks after them are None unless asked for:
+    the sampler's full distributions when the trainer sets `record_full_logprobs`, the episode
+    fields when generate() ran with an environment."""
     prompts: list[str]               # (B,) prompt text, repeated n times
     prompt_ids: torch.Tensor         # (B, P) left-padded
     prompt_mask: torch.Tensor        # (B, P) 1 on real prompt tokens
@@ -42,9 +46,12 @@ class RolloutBatch:
     completions: list[str]           # (B,) decoded, special tokens removed
     is_truncated: torch.Tensor       # (B,) bool: no <eos> within max_completion_length (nor ended by the environment)
     group_ids: torch.Tensor          # (B,) index of the prompt each row belongs to
+    # -- mu's whole distributions, for the corrections and methods that declare they need them
     sampler_logprobs_full: torch.Tensor | None = None  # (B, T, V) log mu(. | x, y_<t), if recorded
-    # multi-turn episodes (rl_lab.agents.episodes), else None.  completion_ids then holds the
-    # whole episode; completion_mask is 1 on the model's sampled tokens only
+    # -- multi-turn episodes (rl_lab.agents.episodes), all four None without an environment.
+    # completion_ids then holds the whole episode; completion_mask is 1 on the model's sampled tokens only.
+    # Read by SimpleTIR (env_mask, has_void_turn), EMPG and the per-turn estimators and metrics
+    # (turn_ids), and logged by the step (episode_metrics).
     env_mask: torch.Tensor | None = None        # (B, T) bool: tokens the environment appended
     turn_ids: torch.Tensor | None = None        # (B, T) the model turn of each token; -1 on padding
     episode_metrics: dict | None = None         # turns/..., tools/... of the batch

@@ -158,7 +158,7 @@ def first_step_kl(model, batch, advantages: torch.Tensor, learning_rate: float) 
     Adam's first step is lr * sign(gradient) per parameter, so the KL grows like lr^2 and
     the ratio of two models' KLs at the same lr gives the lr factor that equalises them.
     """
-    from rl_lab.algos.grpo import aggregate_loss
+    from rl_lab.algos.losses import aggregate_loss
 
     m = copy.deepcopy(model).train()
     opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=learning_rate,

@@ -1,5 +1,7 @@
-"""GRPO / REINFORCE on one screen.  Shapes: B rows (prompts x generations), T completion
-tokens, V vocabulary.  Masks are 1 on tokens that count.
+"""The losses of GRPO / REINFORCE and what they are built from, on one screen: group advantages,
+the trainer's per-token log-probs, the per-token policy loss, its aggregation and the k3 KL
+estimate.  Shapes: B rows (prompts x generations), T completion tokens, V vocabulary.  Masks are
+1 on tokens that count.
 
 Deviations from the GRPO paper (as in TRL and verl today): no KL term unless beta > 0, and
 the loss aggregation is a choice (`loss_agg_mode`) rather than the paper's per-sequence mean.
@@ -7,6 +9,8 @@ the loss aggregation is a choice (`loss_agg_mode`) rather than the paper's per-s
 Chapter 1 (book/ch01_rl_on_one_page.md) derives every function here.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -53,11 +57,19 @@ def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, valid: torc
     return adv.to(rewards.dtype)
 
 
-def sequence_logprobs(model, prompt_ids, prompt_mask, completion_ids, temperature: float = 1.0,
-                      with_entropy: bool = False, dvp_min_p: float = 0.0, return_all: bool = False,
-                      share_prefix: bool = True):
-    """The trainer's log pi(y_t | x, y_<t) for each completion token: (B, T)
-    [, entropy (B, T)] [, the full log-distributions (B, T, V)].
+@dataclass
+class LogProbs:
+    """What one forward of the policy over a batch gives (`token_logprobs`); a field not asked for is None."""
+    logp: torch.Tensor                        # (B, T) log pi(y_t | x, y_<t)
+    entropy: torch.Tensor | None = None       # (B, T) entropy of pi_t, no gradient (a metric)
+    logp_all: torch.Tensor | None = None      # (B, T, V) log pi(. | x, y_<t), the whole distributions
+
+
+def token_logprobs(model, prompt_ids, prompt_mask, completion_ids, temperature: float = 1.0, *,
+                   with_entropy: bool = False, with_all: bool = False, dvp_min_p: float = 0.0,
+                   share_prefix: bool = True) -> LogProbs:
+    """The trainer's log pi(y_t | x, y_<t) for each completion token, and, if asked, the entropy and
+    the full log-distributions (a LogProbs).
 
     A forward over prompt + completion with the same position ids the sampler used (left
     padding), each distinct prompt computed once (`rl_lab.engines.shared_prefix`; `share_prefix=False`:
@@ -71,14 +83,18 @@ def sequence_logprobs(model, prompt_ids, prompt_mask, completion_ids, temperatur
         logits = logits.masked_fill(~safe_vocabulary(logits, dvp_min_p), float("-inf"))
     logp_all = F.log_softmax(logits, dim=-1)                                           # (B, T, V)
     logp = logp_all.gather(-1, completion_ids[..., None]).squeeze(-1)                 # (B, T)
-    out = [logp]
+    entropy = None
     if with_entropy:  # a metric, so no gradient: its (B, T, V) intermediates are freed at once
         with torch.no_grad():
-            out.append(torch.special.entr(logp_all.exp()).sum(-1))                     # (B, T)
-    if return_all:
-        out.append(logp_all)
-    return out[0] if len(out) == 1 else tuple(out)
+            entropy = torch.special.entr(logp_all.exp()).sum(-1)                       # (B, T)
+    return LogProbs(logp, entropy, logp_all if with_all else None)
 
+
+def sequence_logprobs(model, prompt_ids, prompt_mask, completion_ids, temperature: float = 1.0,
+                      dvp_min_p: float = 0.0, share_prefix: bool = True) -> torch.Tensor:
+    """(B, T) log pi(y_t | x, y_<t) alone: `token_logprobs(...).logp`."""
+    return token_logprobs(model, prompt_ids, prompt_mask, completion_ids, temperature, dvp_min_p=dvp_min_p,
+                          share_prefix=share_prefix).logp
 
 
 def policy_loss(logp, old_logp, advantages, mask, loss: str = "ppo_clip", epsilon: float = 0.2,
