@@ -408,7 +408,7 @@ def recorded_batch():
     batch = trainer.engine.generate([trainer.task.sample(trainer.rng)["prompt"] for _ in range(4)], 4,
                                     trainer.config.sampling(), trainer.generator)
     with torch.no_grad():
-        old = trainer._logprobs(batch)[0]
+        old = trainer._logprobs(batch).logp
     mask = batch.completion_mask.bool()
     old = torch.where(mask, old, 0.0).double()
     mu = torch.where(mask, batch.sampler_logprobs, 0.0).double()
