@@ -6,34 +6,65 @@ Two modes (`sandbox_mode()` says which this machine gets, and why; `rl-lab docto
 has and most distributions give every user).  The kernel is the boundary.  Each call:
 
 - starts a fresh `python -I -S -X utf8` (no PYTHON* variables, no site-packages) with a minimal
-  environment; as root it first becomes the unprivileged user `nobody`;
+  environment and only its own descriptors (stdin, the output, a status pipe): the parent passes
+  no other, and the child closes whatever else it finds before anything else; as root it then
+  becomes the unprivileged user `nobody`;
 - gives it its own user, PID, mount, network, IPC, UTS and cgroup namespaces: inside, the code is
   PID 1 of a namespace whose processes all die with it, sees only its own processes in /proc, has
   no network interface but a down loopback, and every mount is read-only (no device nodes, no
   setuid) except its work folder /tmp, a tmpfs capped at `folder_bytes` and `folder_files`;
-- drops every capability, sets no_new_privs and a seccomp filter under which fork, clone (so also
-  threads), exec, sockets, setsid/setpgid, mknod, ptrace, kill, mount and namespace calls fail with
-  EPERM;
+- drops every capability, sets no_new_privs and, where the kernel has it (5.13 and later, when
+  enabled at boot), Landlock: opening a file for writing, creating, removing, renaming, linking
+  and truncating are allowed beneath /tmp only (Landlock's first version, kernels 5.13-5.18, also
+  refuses moving a file into another folder, /tmp's own folders too: EXDEV);
+- sets a seccomp filter under which fork, clone (so also threads), exec, sockets,
+  setsid/setpgid, mknod, ptrace, kill, mount and namespace calls fail with EPERM, and so do SysV
+  IPC (shared memory, message queues, semaphores) and POSIX message queues, io_setup, fallocate,
+  inotify/fanotify, flock, and fcntl's locks, leases and F_NOTIFY;
 - sets rlimits: CPU seconds, address space, file size (the captured output is one file), open files;
 - is killed, with everything in its process group, at the wall-clock timeout.
 
 So nothing the code starts survives the call (it cannot start anything, and PID 1's death ends the
-namespace); it writes nowhere but its tmpfs, which vanishes with it; it reaches no network; the
-parent reads the output through a file descriptor it opened before the spawn (an unlinked file the
-code cannot name or replace), and no folder is left on the host.
+namespace); it reaches no network; its memory is the address-space limit plus what its folder,
+open files and pipes may hold outside it (at most about `open_files` memfds of `file_bytes`, which
+binds them too, or pipes of fs.pipe-max-size, 1 MiB by default; there is no memory cgroup); the
+parent reads the output through a file descriptor it opened before the spawn (an unlinked file
+the code cannot name or replace), and no folder is left on the host.
+
+Where it writes: with Landlock, only in its tmpfs, which vanishes with it (and into the output,
+within `file_bytes`).  Without Landlock the read-only mounts stop writing, creating and changing
+files everywhere else, but not opening a FIFO for writing (the kernel skips the read-only check
+for special files): the code can write into any FIFO outside /tmp that its user may open.
+`sandbox_mode().reason` and `sandbox_guarantees()["landlock"]` say which, and a call without
+Landlock warns once.
+
+What the parent takes from the child it takes from channels the code cannot write: whether the
+sandbox was built comes from the status pipe (closed before the code runs), the kind from the wait
+status.  The output is the code's: shown with control characters as escapes (`\\x1b`, `\\x00`,
+`\\r`; tab and newline pass) and invalid UTF-8 replaced, then the parent's note, if any, on the last
+line.  The code can print text that looks like a note; it never changes the kind.  Code longer than
+`ARGV_CODE_BYTES` goes through stdin (an argument holds 128 KiB at most); whatever stops the
+process from starting comes back as an error result, not an exception.
 
 **unsandboxed** (only with `SandboxLimits(allow_unsandboxed=True)`, which warns once): where the
-kernel gives no user namespaces.  The same rlimits, a process group killed at the end, a per-call
-folder removed by `rm -rf`; as root also its own network namespace and the switch to `nobody`.
-The audit hook is the only barrier to writing files the user may write: Python code can get
-around it (issue 30's attacks do), so this mode is for trusted code and teaching, not for a policy.
+kernel gives no user namespaces.  The same rlimits and descriptors, a process group killed at the
+end, a per-call folder removed by `rm -rf`; as root also its own network namespace and the switch
+to `nobody`.  With Landlock, no_new_privs and the same write rights beneath the call's folder only
+(truncating by path only from Landlock's third version, kernel 6.2; the switch's and Landlock's
+limits also bind whatever the code starts).  No seccomp filter: the
+code may fork, exec, use sockets, and change the metadata (mode, times, xattrs) of the user's files
+through chmod and friends, which Landlock does not cover; without Landlock the audit hook is the
+only barrier to writing files the user may write.  Python code can get around the hook (issue 30's
+attacks do), so this mode is for trusted code and teaching, not for a policy.
 
 Both modes install an audit hook (PEP 578) before the code runs.  In namespaces mode it is a lint:
 it turns what the kernel would refuse anyway into a readable "sandbox: ... is not allowed".
 
 What is NOT enforced, in either mode: reading files (whatever `nobody`, or the calling user, may
-read: the root file system is visible, read-only); CPU time shared with other processes.  On
-macOS and Windows the tool refuses to run.
+read: the root file system is visible, read-only), reading FIFOs its user may read (taking data
+meant for another reader) included; CPU time shared with other processes (no fairness: a call
+takes up to its CPU seconds of a core); memory beyond the rlimits and files above (no memory
+cgroup).  On macOS and Windows the tool refuses to run.
 
 Cost: one call starts an interpreter, preloads `PRELOADED` and builds the namespaces; BENCHMARKS.md
 section 8 gives calls per second in each mode.
@@ -59,7 +90,16 @@ PRELOADED = ("math", "cmath", "random", "statistics", "fractions", "decimal", "i
              "collections", "re", "json", "string", "heapq", "bisect", "operator", "datetime", "time", "textwrap",
              "unicodedata")
 CHILD = Path(__file__).with_name("sandbox_child.py")
-SETUP_FAILED = 121              # the child's exit code when it could not build the sandbox (sandbox_child.py)
+SETUP_FAILED = 121              # the child's exit code when it could not build the sandbox (sandbox_child.py);
+                                # the parent goes by the status pipe, which the code cannot write, not by it
+# Code up to this many bytes (UTF-8) is the child's last argument, where /proc/<pid>/cmdline shows
+# what a call runs (the tests find a call's processes by it); longer code goes through stdin.  One
+# argument may hold 128 KiB, all of them and the environment together a quarter of the stack limit.
+ARGV_CODE_BYTES = 32 * 1024
+# what the output shows as a Python escape instead of passing it on to logs and terminals: the
+# control characters but tab and newline (ESC starts terminal sequences, NUL cuts C strings,
+# carriage return overwrites a line), DEL, and the C1 controls (U+009B is a one-character ESC [)
+_ESCAPED = {c: repr(chr(c))[1:-1] for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c not in (0x09, 0x0A)}
 
 
 @dataclass(frozen=True)
@@ -138,6 +178,20 @@ def _processes_of_user(uid: int) -> int:
             except OSError:
                 pass
     return count
+
+
+@functools.lru_cache(maxsize=1)
+def landlock_abi() -> int:
+    """The Landlock ABI version this kernel offers (0: none: not built in, not enabled at boot, or
+    refused by a seccomp filter around this process).  Where it is not 0 the child restricts
+    itself with it, and a failure to do so is a set-up failure, not a quiet fallback."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    version = libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1))   # LANDLOCK_CREATE_RULESET_VERSION
+    return max(int(version), 0)
 
 
 @functools.lru_cache(maxsize=1)
@@ -237,12 +291,18 @@ def _remove_tree(path: Path) -> None:
     warnings.warn(f"the Python tool could not remove its folder {path}", RuntimeWarning, stacklevel=3)
 
 
+def _shown(text: str) -> str:
+    """`text` safe for a terminal or a log: control characters as escapes (see _ESCAPED)."""
+    return text.translate(_ESCAPED)
+
+
 def _read_output(out, limit_chars: int) -> tuple[str, bool]:
-    """The first `limit_chars` characters of the captured output, and whether more was there."""
+    """The first `limit_chars` characters of the captured output, as shown (invalid UTF-8
+    replaced, control characters escaped), and whether more was there."""
     out.seek(0)
     head = out.read(4 * limit_chars + 4)
     more = bool(out.read(1))
-    text = head.decode("utf-8", errors="replace")
+    text = _shown(head.decode("utf-8", errors="replace"))
     if len(text) > limit_chars or more:
         return text[:limit_chars], True
     return text, False
@@ -262,6 +322,9 @@ def _refused(code) -> str | None:
 
 
 _warned_unsandboxed = False
+_warned_no_landlock = False
+NO_LANDLOCK = ("this kernel offers no Landlock, so the code can write into the FIFOs outside its /tmp that its "
+               "user may open (the read-only mounts do not stop that); rl_lab/agents/python_tool.py says what holds")
 
 
 def run_python(code: str, limits: SandboxLimits = SandboxLimits()) -> ToolResult:
@@ -271,7 +334,7 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits()) -> ToolResult
     wall-clock limit, or by the CPU-seconds limit after using them), "error" (refused input, an
     exception, a non-zero exit, any other signal, a sandbox that could not be built).  Raises
     SandboxUnavailable only for a machine that cannot isolate and a caller that did not allow it."""
-    global _warned_unsandboxed
+    global _warned_unsandboxed, _warned_no_landlock
     start = time.perf_counter()
     if not sys.platform.startswith("linux"):
         raise RuntimeError("the Python tool's sandbox needs Linux (namespaces, seccomp, rlimits)")
@@ -284,9 +347,14 @@ def run_python(code: str, limits: SandboxLimits = SandboxLimits()) -> ToolResult
                 f"hook only, which Python code can get around (rl_lab/agents/python_tool.py says what holds)")
         if not _warned_unsandboxed:
             _warned_unsandboxed = True
+            barriers = ("the rlimits, the process group, Landlock (its writes stay in its folder) and an audit hook"
+                        if landlock_abi() else "the rlimits, the process group and an audit hook (no Landlock here)")
             warnings.warn(f"UNSANDBOXED: the Python tool runs model-written code without kernel isolation "
-                          f"({mode.reason}); only the rlimits, the process group and an audit hook that code can "
-                          f"get around stand between it and this user's files", RuntimeWarning, stacklevel=2)
+                          f"({mode.reason}); only {barriers} that code can get around stand between it and this "
+                          f"user's files", RuntimeWarning, stacklevel=2)
+    elif not landlock_abi() and not _warned_no_landlock:
+        _warned_no_landlock = True
+        warnings.warn(f"the Python tool's sandbox runs without Landlock: {NO_LANDLOCK}", RuntimeWarning, stacklevel=2)
     return _run(code, limits, mode.name, start)
 
 
@@ -301,7 +369,8 @@ def _run(code: str, limits: SandboxLimits, mode: str, start: float) -> ToolResul
     settings = {"mode": mode, "uid": uid, "gid": gid, "preload": PRELOADED, "hook": limits.audit_hook,
                 "cpu_s": cpu_s, "memory_bytes": limits.memory_bytes, "file_bytes": limits.file_bytes,
                 "open_files": limits.open_files, "folder_bytes": limits.folder_bytes,
-                "folder_files": limits.folder_files, "isolate_network": limits.isolate_network, "nproc": 0}
+                "folder_files": limits.folder_files, "isolate_network": limits.isolate_network, "nproc": 0,
+                "landlock_abi": landlock_abi()}
     folder = None
     if mode == "namespaces":
         work = "/tmp"                      # the tmpfs, inside the sandbox's own mount namespace
@@ -315,43 +384,118 @@ def _run(code: str, limits: SandboxLimits, mode: str, start: float) -> ToolResul
         settings["nproc"] = limits.max_processes + (0 if uid >= 0 or _is_root()
                                                     else _processes_of_user(os.getuid()))
     env = {"PATH": "/usr/bin:/bin", "HOME": work, "TMPDIR": work, "LANG": "C.UTF-8"}
-    argv = [sys.executable, "-I", "-S", "-X", "utf8", "-c", _child_source(), json.dumps(settings), code]
     try:
-        with tempfile.TemporaryFile() as out, open(os.devnull, "rb") as devnull:
-            actions = [(os.POSIX_SPAWN_DUP2, devnull.fileno(), 0), (os.POSIX_SPAWN_DUP2, out.fileno(), 1),
-                       (os.POSIX_SPAWN_DUP2, out.fileno(), 2)]
-            old_cwd = os.open(".", os.O_RDONLY | os.O_DIRECTORY) if folder is not None else None
-            try:
-                if folder is not None:
-                    os.chdir(work)           # posix_spawn has no chdir: the child inherits the cwd
-                pid = os.posix_spawn(sys.executable, argv, env, file_actions=actions, setsid=True)
-            finally:
-                if old_cwd is not None:
-                    os.fchdir(old_cwd)
-                    os.close(old_cwd)
-            status, cpu_used, timed_out = _wait(pid, limits.timeout_s)
+        with tempfile.TemporaryFile() as out:
+            ran = _spawn_and_wait(code, settings, env, None if folder is None else work, out, limits.timeout_s)
             text, cut = _read_output(out, limits.max_output_chars)
     finally:
         if folder is not None:
             _remove_tree(folder)
-    seconds = time.perf_counter() - start
-    returncode = os.waitstatus_to_exitcode(status)
-    cpu_limit_hit = returncode in (-signal.SIGXCPU, -signal.SIGKILL) and cpu_used >= cpu_s - 0.05
-    if timed_out or cpu_limit_hit:
-        why = f"killed after {limits.timeout_s:g} s" if timed_out else f"CPU limit of {cpu_s} s"
+    return _result(text, cut, ran, limits, cpu_s, time.perf_counter() - start)
+
+
+@dataclass(frozen=True)
+class _Ended:
+    """How the child ended, as the parent saw it: its wait status, CPU seconds, whether the
+    deadline killed it, what it said on the status pipe, or why it could not be started."""
+    status: int = 0
+    cpu_used: float = 0.0
+    timed_out: bool = False
+    said: str = ""
+    start_error: str | None = None
+
+
+def _spawn_and_wait(code: str, settings: dict, env: dict, cwd: str | None, out, timeout_s: float) -> _Ended:
+    """Start the child with only its own descriptors (stdin, the output, the status pipe: close_fds
+    closes every other one the caller holds, close-on-exec or not) and wait for it.  Never raises
+    for a child that cannot be started (e.g. an argument list too long): it says so instead."""
+    status_r = status_w = stdin = None
+    try:
+        try:
+            status_r, status_w = os.pipe()
+            argv = [sys.executable, "-I", "-S", "-X", "utf8", "-c", _child_source(),
+                    json.dumps({**settings, "status_fd": status_w})]
+            stdin = _code_input(code, argv)
+            child = subprocess.Popen(argv, executable=sys.executable, stdin=stdin, stdout=out, stderr=out, env=env,
+                                     cwd=cwd, close_fds=True, pass_fds=(status_w,), start_new_session=True)
+        except (OSError, subprocess.SubprocessError) as exc:
+            return _Ended(start_error=f"error: the sandbox's process could not be started: {exc}")
+        os.close(status_w)
+        status_w = None
+        # this module reaps the child itself (wait4 gives its CPU time): a Popen that believes it
+        # has reaped it neither warns about it nor waits for it later
+        child.returncode = 0
+        status, cpu_used, timed_out = _wait(child.pid, timeout_s)
+        return _Ended(status, cpu_used, timed_out, _read_status(status_r))
+    finally:
+        for fd in (stdin, status_w, status_r):
+            if fd is not None:
+                os.close(fd)
+
+
+def _code_input(code: str, argv: list[str]) -> int:
+    """The child's stdin: /dev/null, with short code appended to `argv`; or a memfd holding longer
+    code, which the child reads first (sandbox_child.read_code)."""
+    data = code.encode("utf-8")
+    if len(data) <= ARGV_CODE_BYTES:
+        argv.append(code)
+        return os.open(os.devnull, os.O_RDONLY)
+    fd = os.memfd_create("rl_lab_tool_code")
+    try:
+        rest = memoryview(data)
+        while rest:
+            rest = rest[os.write(fd, rest):]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_status(fd: int, limit: int = 1 << 16) -> str:
+    """What the child wrote on the status pipe.  Read after the whole call has exited, so every
+    writer is gone; non-blocking all the same, so that nothing can make the caller wait here."""
+    os.set_blocking(fd, False)
+    chunks, size = [], 0
+    try:
+        while size < limit and (chunk := os.read(fd, limit - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+    except BlockingIOError:
+        pass
+    return b"".join(chunks).decode("utf-8", errors="replace")
+
+
+def _result(text: str, cut: bool, ran: _Ended, limits: SandboxLimits, cpu_s: int, seconds: float) -> ToolResult:
+    """The result from what the parent saw, never from what the code printed: whether the code
+    ran at all comes from the status pipe (the code cannot write it), and the kind from the wait
+    status.  The parent's notes come after the code's output."""
+    if ran.start_error is not None:
+        return ToolResult(ran.start_error, "error", seconds)
+    returncode = os.waitstatus_to_exitcode(ran.status)
+    cpu_limit_hit = returncode in (-signal.SIGXCPU, -signal.SIGKILL) and ran.cpu_used >= cpu_s - 0.05
+    if ran.timed_out or cpu_limit_hit:
+        why = f"killed after {limits.timeout_s:g} s" if ran.timed_out else f"CPU limit of {cpu_s} s"
         return ToolResult(_with_note(text, f"[timeout: {why}]"), "timeout", seconds)
-    if returncode == SETUP_FAILED and text.startswith("sandbox setup failed"):
-        return ToolResult(_with_note(text, "[the sandbox could not be built; the code did not run]"), "error",
-                          seconds)
+    said = ran.said.splitlines()
+    if "ready" not in said:                  # the set-up did not finish: the code did not run
+        failure = next((line for line in said if line.startswith("sandbox setup failed")),
+                       f"sandbox setup failed: the process ended first ({_ended_how(returncode)})")
+        return ToolResult(_with_note(f"{_shown(failure)}\n{text}",
+                                     "[the sandbox could not be built; the code did not run]"), "error", seconds)
     if cut and returncode == 0:
         return ToolResult(_with_note(text, f"[output truncated at {limits.max_output_chars} characters]"),
                           "truncated", seconds)
     if returncode != 0:
-        note = f"[exit code {returncode}]" if returncode > 0 else f"[killed by signal {-returncode}]"
+        note = f"[{_ended_how(returncode)}]"
         if cut:
             note = f"[output truncated at {limits.max_output_chars} characters] {note}"
         return ToolResult(_with_note(text, note), "error", seconds)
     return ToolResult(text, "ok", seconds)
+
+
+def _ended_how(returncode: int) -> str:
+    return f"exit code {returncode}" if returncode >= 0 else f"killed by signal {-returncode}"
 
 
 def _with_note(text: str, note: str) -> str:
@@ -378,7 +522,11 @@ def sandbox_mode() -> SandboxMode:
     result = _run("print('ok')", SandboxLimits(timeout_s=10.0), "namespaces", time.perf_counter())
     if result.kind == "ok" and result.output.strip() == "ok":
         who = "as root, mapped onto 'nobody'" if _is_root() else "as an unprivileged user"
-        return SandboxMode("namespaces", f"user namespaces, seccomp and a read-only root work here ({who})")
+        if landlock_abi():
+            return SandboxMode("namespaces", f"user namespaces, seccomp, a read-only root and Landlock (ABI "
+                                             f"{landlock_abi()}) work here ({who})")
+        return SandboxMode("namespaces", f"user namespaces, seccomp and a read-only root work here ({who}); "
+                                         f"{NO_LANDLOCK}")
     reason = result.output.splitlines()[0] if result.output.strip() else result.kind
     if "namespaces" in reason or "mounts" in reason or "Operation not permitted" in reason:
         reason = f"{reason}: {_NO_NAMESPACE_HINT}"
@@ -390,7 +538,9 @@ def sandbox_guarantees() -> dict[str, bool]:
     """What the sandbox enforces on this machine, probed by running a tiny program in it:
     mode_namespaces, own_pid_namespace (the code is PID 1), runs_as_other_user (its uid outside any
     namespace differs from the caller's: as root, nobody),
-    network_isolated (own network namespace), read_only_root, seccomp (a filter is on)."""
+    network_isolated (own network namespace), read_only_root, seccomp (a filter is on), landlock
+    (the kernel offers Landlock, so the call ran restricted by it: the set-up fails rather than go on
+    without it)."""
     mode = sandbox_mode()
     probe = ("import os\nu = os.getuid()\ninside, outside, _ = open('/proc/self/uid_map').read().split()[:3]\n"
              "print(os.getpid(), int(outside) + u - int(inside), os.readlink('/proc/self/ns/net'))\n"
@@ -404,4 +554,5 @@ def sandbox_guarantees() -> dict[str, bool]:
             "runs_as_other_user": ok and int(lines[0][1]) != os.getuid(),
             "network_isolated": ok and lines[0][2] != os.readlink("/proc/self/ns/net"),
             "read_only_root": ok and lines[2][0] != "0",
-            "seccomp": ok and lines[1][0] == "2"}
+            "seccomp": ok and lines[1][0] == "2",
+            "landlock": ok and landlock_abi() > 0}
