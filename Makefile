@@ -22,8 +22,8 @@ help:
 	@echo "make setup   create .venv and install everything (CPU torch, book, tests, scipy for research/, offline assets)"
 	@echo "make setup-lean  the labs only: torch, the package and JupyterLab, no vLLM/verl/npm (tools/setup_lean.py)"
 	@echo "make book    build the book offline, executing every lab (RL_LAB_PRESET=$(RL_LAB_PRESET))"
-	@echo "make test    unit tests + every lab under pytest --nbval"
-	@echo "make test-fast  lint (ruff) + the unit tests not marked slow: a few minutes, run first by CI"
+	@echo "make test    all four test tiers (tests/unit, integration, book, repo) + every lab under pytest --nbval"
+	@echo "make test-fast  lint (ruff) + tests/unit and tests/repo, not marked slow: a few minutes, run first by CI"
 	@echo "make lint    ruff check (the rule set in pyproject.toml)"
 	@echo "make lab     JupyterLab on the labs (localhost:$(LAB_PORT), token auth; LAB_PORT=, LAB_ARGS=)"
 	@echo "make checkpoints        regenerate the shipped warm-start checkpoints and their manifest"
@@ -56,7 +56,7 @@ vendor:
 # JupyterLab on the labs: .md labs open as notebooks (jupytext; defaults in tools/jupyterlab/settings),
 # a save writes the .md without outputs (jupytext.toml). Token auth, bound to localhost: from another
 # machine, `ssh -L 8888:localhost:8888 you@host` and open the printed http://127.0.0.1:8888/lab?token=...
-# RL_LAB_PRESET (default smoke) reaches the kernels. tests/test_jupyterlab.py runs lab 1 this way.
+# RL_LAB_PRESET (default smoke) reaches the kernels. tests/integration/test_jupyterlab.py runs lab 1 this way.
 LAB_PORT ?= 8888
 LAB_ARGS ?=
 lab:
@@ -79,11 +79,16 @@ book:
 test: labs-ipynb
 	$(PY) -m pytest -q $(XDIST) tests _build/nbtest --nbval-lax --nbval-current-env --nbval-cell-timeout=600 -p no:cacheprovider --durations=25
 
-# The fast tier: what breaks at import or in a unit fails here in minutes, before the book build.
+# The tests in four tiers: tests/unit (the maths and single components), tests/integration (the
+# trainer, the CLI, subprocesses, sandboxes, verl and vLLM), tests/book (the book and labs as
+# documents), tests/repo (the repository's own rules: imports, versions, paths, the scheduler).
+# `make test` runs all four and the labs; the fast tier is the unit and repo tiers, not marked slow:
+# a broken import, a broken unit or a broken rule fails here in minutes, before the book build.
 # CI records what passed (RL_LAB_FAST_TIER_RECORD) and `make test` skips exactly those
 # (RL_LAB_FAST_TIER_PASSED); see tests/conftest.py.
+FAST_TIERS := tests/unit tests/repo
 test-fast: lint
-	$(PY) -m pytest -q $(XDIST) tests -m "not slow" -x -p no:cacheprovider --durations=25
+	$(PY) -m pytest -q $(XDIST) $(FAST_TIERS) -m "not slow" -x -p no:cacheprovider --durations=25
 
 lint:
 	@test -x $(VENV)/bin/ruff || { echo "make lint: $(VENV)/bin/ruff not found: run \`make setup\` (ruff is in the [test] extra)" >&2; exit 1; }

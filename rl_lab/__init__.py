@@ -19,7 +19,7 @@ Layout (what a newcomer reads first, and what belongs to one chapter):
   integrations/ verl: export a config as a verl run, import its metrics (chapter 13)
   tools/        cli (`rl-lab`), warmstart, sweep, doctor, diagnose, plots, stats, kernel
   book_ext/     the book's Sphinx extensions (repository, solutions)
-Which layer may import which: tests/test_import_graph.py (the core imports no toolkit, tool,
+Which layer may import which: tests/repo/test_import_graph.py (the core imports no toolkit, tool,
 integration or book extension).
 
 Tiny causal LMs built from a Hugging Face config, synthetic verifiable tasks, rollout

@@ -1,6 +1,6 @@
 """Rollout correction: importance weights, rejection masks and trust regions between the
 trainer's log-probs (pi) and the sampler's (mu), with the semantics and metric names of
-verl 0.9.1's `rollout_corr_helper` (checked against it by tests/test_verl_conformance.py).
+verl 0.9.1's `rollout_corr_helper` (checked against it by tests/integration/test_verl_conformance.py).
 
 Every function takes (B, T) tensors: `log_ratio` = log pi - log mu on the sampled tokens and a
 0/1 `mask` of the tokens that count.  Weights come back detached and 0 on padding; masks can

@@ -10,7 +10,7 @@ methods a run builds (rl_lab.algos.methods.build_methods), the verl export's row
 
 Adding a method: a module with its `Method` subclass (and, if it has knobs, a `_Validated` config
 class), and one row.  A method of rl_lab itself gets its row here and its RLConfig field (typed and
-documented; tests/test_methods.py checks that rows and fields agree).  A method from outside
+documented; tests/unit/test_methods.py checks that rows and fields agree).  A method from outside
 registers its row with `register_method` and takes its knobs from `RLConfig.extra_methods[name]`:
 
     register_method(MethodSpec("my_bonus", "my_pkg.bonus:Bonus", config=BonusConfig,

@@ -4,7 +4,7 @@ without the corrections, monitors, fault handling and speed-ups around it (chapt
     generate with log-probs -> reward -> group advantages -> token-mean PPO-clip loss -> AdamW
 
 Shapes: N prompts, G completions each, B = N * G rows, T completion tokens.
-tests/test_reference_step.py checks that `Trainer.step` with the default config gives the same
+tests/unit/test_reference_step.py checks that `Trainer.step` with the default config gives the same
 loss, gradient norm and weights on the same batch.
 """
 from __future__ import annotations

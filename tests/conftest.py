@@ -1,3 +1,11 @@
+"""Shared by the four tiers: tests/unit (the maths and single components), tests/integration (the
+trainer, the CLI, subprocesses, sandboxes, verl, vLLM), tests/book (the book and labs as documents)
+and tests/repo (the repository's own rules).  Test ids are rootdir-relative
+("tests/unit/test_grpo.py::..."): the xdist names below and the fast tier's record use them.
+
+pytest's default "prepend" imports put this folder on sys.path (for sandbox_helpers and `from
+conftest import ...`) and each test's own folder (tests/unit for helpers.py, tests/integration for
+golden_methods.py), so a test file imports its helpers by name, also when run on its own."""
 import functools
 import os
 import re
@@ -33,13 +41,13 @@ XDIST_GROUPS = {
 
 
 # Tests of a grouped file that do not use what the group shares: balanced on their own.
-XDIST_UNGROUPED = {"tests/test_warmstart.py::test_recipe_outcome_does_not_depend_on_the_cpu_kernels"}
+XDIST_UNGROUPED = {"tests/integration/test_warmstart.py::test_recipe_outcome_does_not_depend_on_the_cpu_kernels"}
 
 # Scopes that take minutes, handed out first.  xdist orders scopes by their number of tests, so the
 # warm-start group (the rebuild, then the learning test: ~8 minutes in CI, 3 tests) used to start
 # last and run alone at the end of `make test`.
-XDIST_FIRST = ("rebuilt_warm_start", "tests/test_jupyterlab.py::test_lab1_runs_in_jupyterlab",
-               "tests/test_warmstart.py::test_recipe_outcome_does_not_depend_on_the_cpu_kernels")
+XDIST_FIRST = ("rebuilt_warm_start", "tests/integration/test_jupyterlab.py::test_lab1_runs_in_jupyterlab",
+               "tests/integration/test_warmstart.py::test_recipe_outcome_does_not_depend_on_the_cpu_kernels")
 
 
 def long_scopes_first(workqueue) -> None:
@@ -97,7 +105,7 @@ def _threads():
 @pytest.fixture(autouse=True)
 def _cpu_unless_cuda_marked(request, monkeypatch):
     """Unit tests run on the CPU even on a GPU machine (their bitwise checks are CPU promises);
-    tests marked `cuda` (tests/test_cuda.py) run on the GPU, and skip where there is none."""
+    tests marked `cuda` (tests/integration/test_cuda.py) run on the GPU, and skip where there is none."""
     if request.node.get_closest_marker("cuda") is None:
         monkeypatch.setenv("RL_LAB_DEVICE", "cpu")
     elif not torch.cuda.is_available():
@@ -119,7 +127,7 @@ def rebuilt_warm_start(tmp_path_factory):
 
 
 # --------------------------------------------------------------------------- Chromium
-# For the browser tests (tests/test_book_html.py, tests/test_jupyterlab.py).
+# For the browser tests (tests/book/test_book_html.py, tests/integration/test_jupyterlab.py).
 def _chromium_candidates() -> list[str]:
     env = os.environ.get("CHROMIUM")
     names = [env] if env else []
@@ -154,8 +162,8 @@ def chromium() -> str:
 
 
 # --------------------------------------------------------------------------- the fast tier
-# `make test-fast` (lint + the unit tests not marked slow) runs first in CI, so that a broken
-# import fails in minutes.  With RL_LAB_FAST_TIER_RECORD=<file> it writes the ids of the tests it
+# `make test-fast` (lint + tests/unit and tests/repo, not marked slow) runs first in CI, so that a
+# broken import, unit or repository rule fails in minutes.  With RL_LAB_FAST_TIER_RECORD=<file> it writes the ids of the tests it
 # passed there; `make test` with RL_LAB_FAST_TIER_PASSED=<that file> then deselects exactly those
 # (a test the fast tier skipped, e.g. one that needs the built book, still runs).  Without either
 # variable nothing changes: `make test` alone runs everything.

@@ -1,4 +1,4 @@
-"""Helpers shared by the sandbox tests (tests/test_agent_tools.py, tests/test_sandbox_attacks.py)."""
+"""Helpers shared by the sandbox tests (tests/unit/test_agent_tools.py, tests/integration/test_sandbox_attacks.py)."""
 import os
 import tempfile
 import uuid

@@ -1,7 +1,7 @@
 """The core of a chapter: the text a student reads in one sitting (issue 36), and its word count.
 
 The core is the page without its code cells, dropdowns (folded caveats, solutions), other fenced
-blocks, display maths, exercises and references.  tests/test_core_length.py keeps every page of
+blocks, display maths, exercises and references.  tests/book/test_core_length.py keeps every page of
 PAGES within BUDGET; book/contributing.md renders `table()` at build time."""
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Install verl 0.9.1 for the conformance tests (tests/test_verl_conformance.py), without
+# Install verl 0.9.1 for the conformance tests (tests/integration/test_verl_conformance.py), without
 # its training stack: `--no-deps`, then only the packages its rollout-correction and
 # core_algos modules import at import time (packaging, numpy, ray, tensordict, omegaconf,
 # transformers, codetiming), and hydra-core, datasets and pyarrow for the export tests
-# (tests/test_verl_export.py).  torch, numpy, transformers and the other packages rl_lab
+# (tests/integration/test_verl_export.py).  torch, numpy, transformers and the other packages rl_lab
 # already installed are kept as they are (a constraints file pins them).
 #
 #   bash tools/install_verl.sh [VENV]      # default VENV=.venv; safe to run again
@@ -50,7 +50,7 @@ fi
 "$PY" -m pip install -q --no-deps "verl==$VERL_VERSION"
 "$PY" -m pip install -q -c "$constraints" ${CONSTRAINTS:+-c "$CONSTRAINTS"} \
     packaging numpy "ray>=2.41" "tensordict>=0.8.0,<=0.10.0,!=0.9.0" omegaconf codetiming transformers
-# For the export tests (tests/test_verl_export.py): verl's Hydra config, its RLHFDataset, parquet.
+# For the export tests (tests/integration/test_verl_export.py): verl's Hydra config, its RLHFDataset, parquet.
 "$PY" -m pip install -q -c "$constraints" ${CONSTRAINTS:+-c "$CONSTRAINTS"} hydra-core datasets pyarrow
 if ! check; then
     echo "install_verl.sh: verl $VERL_VERSION installed but its modules do not import:" >&2

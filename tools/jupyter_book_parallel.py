@@ -8,7 +8,7 @@ whether they are safe in parallel.  This script passes the jobs, declares those 
 section numbering across parts replaces what the main process runs after every page is read; the
 LaTeX transforms keep no state and act only in a LaTeX build), hands Sphinx one page per parallel
 task (its default batches ~17 pages, so the batch of labs would run alone at the end), and prints
-one line when the pages are read in parallel (tests/test_build_book.py looks for it).
+one line when the pages are read in parallel (tests/book/test_build_book.py looks for it).
 RL_LAB_BOOK_JOBS unset or 1: plain jupyter-book.
 """
 from __future__ import annotations

@@ -13,7 +13,7 @@
 #
 # To bump a package: change its version below, run `npm view <pkg>@<version> dist.integrity`
 # and paste the sha512 value, then run with --force and rebuild the book and
-# `pytest tests/test_book_html.py` (it checks that the pruned MathJax still typesets).
+# `pytest tests/book/test_book_html.py` (it checks that the pruned MathJax still typesets).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

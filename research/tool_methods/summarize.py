@@ -93,8 +93,8 @@ def fisher_one_sided(hits_a: int, n_a: int, hits_b: int, n_b: int, direction: st
 
 if sps is None:
     # Without scipy (the labs-only install and Binder, where lab 12 calls table()), the same
-    # procedures come from rl_lab.tools.stats, which has no scipy; tests/test_stats_scipy.py holds them
-    # to scipy's, and tests/test_tool_methods_summary.py these tables, computed both ways, together.
+    # procedures come from rl_lab.tools.stats, which has no scipy; tests/unit/test_stats_scipy.py holds them
+    # to scipy's, and tests/integration/test_tool_methods_summary.py these tables, computed both ways, together.
     from rl_lab.tools.stats import fisher_one_sided, student_t_quantile, student_t_sf2, welch  # noqa: E402,F401,F811
 
 

@@ -3,7 +3,7 @@ rl_lab.algos.method explains the hooks).
 
 Adding a method: a `Method` subclass in its own module and one row (rl_lab.method_specs says where).
 The order is part of the result: the per-token loss terms are added, and the token masks applied,
-in this order (tests/test_golden_methods.py holds every method to its recorded numbers bit for
+in this order (tests/integration/test_golden_methods.py holds every method to its recorded numbers bit for
 bit).  Core mechanisms stay in the step: the rollout, the validity checks, the rollout correction
 in its two modes (rl_lab.algos.correction), the advantage estimator (rl_lab.algos.estimators),
 PPO's loss and the optimizer.

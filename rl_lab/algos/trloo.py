@@ -14,13 +14,13 @@ direction.  TRLOO's baseline leaves the sample out:
 
 broadcast to every token of turn k.  The others' returns do not depend on sample i's action at
 turn k, so the baseline adds no bias and the expected update is the policy gradient
-(tests/test_trloo.py checks both claims exactly on an enumerable two-turn toy, rl_lab.exact.turns).
+(tests/unit/test_trloo.py checks both claims exactly on an enumerable two-turn toy, rl_lab.exact.turns).
 
 The claim is about GRPO grouped per (prompt, turn), `grpo_per_turn_advantages` here
 (`advantage_estimator="grpo_per_turn"`).  rl_lab's `grpo` is trajectory-level: one mean per
 prompt over whole episodes, the same advantage on every turn, so E[(R_i - mean R) S_i] =
 (1 - 1/N) grad J for any number of turns (S_i the episode's summed score): a rescaling, no turn
-(tests/test_grpo_per_turn.py).
+(tests/unit/test_grpo_per_turn.py).
 """
 from __future__ import annotations
 

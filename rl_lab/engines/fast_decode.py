@@ -14,7 +14,7 @@ CPU's cache, a step multiplies each weight by the rows rather than the rows by t
 are the model's, read when the decoder is built: a synced, quantised or stale sampler copy is
 used as it is.  `supports(model)` says when it applies; `HFEngine` falls back to the Hugging Face
 forward otherwise (`rl_lab.engines.rollout.HFCacheDecoder`, the same `Decoder` interface).
-tests/test_rollout.py checks it against that forward (log-probs to 1e-5, same tokens, fp32 and
+tests/unit/test_rollout.py checks it against that forward (log-probs to 1e-5, same tokens, fp32 and
 bf16, Qwen2 and Llama).
 
     dec = StaticDecoder(model, batch_size=B, max_len=P + T)
@@ -36,7 +36,7 @@ KEY_BLOCK = 64
 """A decode step attends over the first ceil((filled + 1) / KEY_BLOCK) * KEY_BLOCK cache positions
 (at most the cache size): attention costs the length so far, as in a growing cache, while shapes
 change only once per block.  Masked positions add exp(-inf) = 0, so the block size changes the
-log-probs only in float rounding (tests/test_rollout.py)."""
+log-probs only in float rounding (tests/unit/test_rollout.py)."""
 
 WEIGHTS_FIRST_BYTES = 32 * 2**20
 """On a CPU, a decode step of a model whose layers hold at least this many bytes multiplies

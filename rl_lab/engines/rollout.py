@@ -122,7 +122,7 @@ def sample_tokens(logp: torch.Tensor, generator: torch.Generator | None):
     Inverse-CDF sampling: the first token whose cumulative probability exceeds u * total,
     u ~ U[0, 1).  The cumulative sum is float64, so a token with probability 1e-9 far down a
     150k vocabulary keeps its share; on a CPU this is 6x (V = 64) to 40x (V = 32k) faster than
-    torch.multinomial (tests/test_rollout.py checks the frequencies)."""
+    torch.multinomial (tests/unit/test_rollout.py checks the frequencies)."""
     probs = logp.exp()
     cdf = probs.double().cumsum(-1)                                                 # (B, V)
     total = cdf[:, -1]                                                              # (B,)

@@ -1,5 +1,5 @@
 """ScriptedEngine: the real sampler (HFEngine) made to write fixed texts, for reproducible
-multi-turn episodes without a trained model (chapter 12, lab 12 and tests/test_episodes.py).
+multi-turn episodes without a trained model (chapter 12, lab 12 and tests/unit/test_episodes.py).
 
 A script is the model's side of one episode with `|` where the tool's answer goes:
 "(2*3)|6" is the model's call "(2*3)", the environment's answer "=6|" (written by the

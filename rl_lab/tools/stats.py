@@ -55,7 +55,7 @@ def student_t_sf2(t: float, df: float) -> float:
     """Two-sided p-value P(|T| >= |t|) of Student's t with df >= 1 degrees of freedom.
 
     With t = sqrt(df) tan(u) the tail integral becomes C sqrt(df) * int_u0^{pi/2} cos(u)^(df-1) du,
-    integrated by Simpson's rule.  Against scipy (tests/test_stats_scipy.py): error < 1e-9 at
+    integrated by Simpson's rule.  Against scipy (tests/unit/test_stats_scipy.py): error < 1e-9 at
     df = 1 and 2 <= df <= 1e4; up to 5e-6 for 1 < df < 2 (the integrand's slope is infinite at
     pi/2) and 2e-7 at df = 1e6 (its peak is narrower than the step)."""
     if not df >= 1:
