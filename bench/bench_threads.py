@@ -44,7 +44,7 @@ if interop is not None:
     torch.set_num_interop_threads(interop)
 from rl_lab.tools.doctor import time_rl_steps
 if sys.argv[1] == "busy":
-    from rl_lab.config import get_preset
+    from rl_lab.presets import get_preset
     from rl_lab.trainer import Trainer
     t = Trainer(get_preset("smoke", task="addition", progress_bar=False, output_dir=None))
     print("ready", flush=True)

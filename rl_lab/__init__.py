@@ -47,7 +47,7 @@ if "torch" not in _sys.modules and _os.environ.get("RL_LAB_THREAD_POLICY", "").l
 # (importing the models' module takes 5-10 s on a 2-core laptop; the book executes ~30 pages).
 _EXPORTS = {
     "RLConfig": "rl_lab.config", "SamplingConfig": "rl_lab.config",
-    "WarmStartConfig": "rl_lab.config", "get_preset": "rl_lab.config",
+    "WarmStartConfig": "rl_lab.config", "get_preset": "rl_lab.presets",
     "build_model": "rl_lab.models", "load_model": "rl_lab.models",
     "load_warm_start": "rl_lab.models", "MODEL_SIZES": "rl_lab.models",
     "HFEngine": "rl_lab.engines.rollout", "RolloutBatch": "rl_lab.engines.rollout",

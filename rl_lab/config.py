@@ -1,4 +1,5 @@
-"""Dataclass configs, validated with messages that say what to change, and presets.
+"""Dataclass configs, validated with messages that say what to change (the presets and the command
+line's fields are in rl_lab.presets).
 
 Field names follow TRL's `GRPOConfig` (num_generations, max_completion_length, temperature,
 top_p, top_k, epsilon, epsilon_high, num_iterations, beta, scale_rewards,
@@ -12,7 +13,6 @@ Chapter 1 lists the fields of a run; chapter 5 maps the correction fields to ver
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +22,6 @@ from rl_lab.errors import ConfigError
 from rl_lab.method_specs import (EMPG_NORMALIZE, DVPConfig, EMPGConfig, FilterGroupsConfig,  # noqa: F401 - re-exported
                                  ImitationConfig, LengthTriggeredConfig, TeacherKLConfig, method_configs, plugin_specs)
 
-PRESETS = ("smoke", "laptop", "gpu")
 DTYPES = ("float32", "bfloat16", "float16")
 POLICY_LOSSES = ("reinforce", "ppo_clip")
 LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum",
@@ -561,54 +560,3 @@ def _checked_knobs(config):
         return check_task(config.task, config.task_kwargs)
     except ValueError as e:
         raise ConfigError(f"{type(config).__name__}.task_kwargs={config.task_kwargs!r}: {e}") from e
-
-
-# Preset overrides for RLConfig.  smoke: CI, a minute or less; laptop: minutes on 2 cores;
-# gpu: full size on one GPU.
-_PRESET_OVERRIDES: dict[str, dict[str, Any]] = {
-    "smoke": dict(max_steps=700, prompts_per_step=8, num_generations=8),
-    "laptop": dict(max_steps=1500, prompts_per_step=8, num_generations=8),
-    "gpu": dict(max_steps=3000, prompts_per_step=32, num_generations=16),
-}
-
-
-def command_line_fields(config_file=None, task: str | None = None, seed: int | None = None,
-                        sets=()) -> tuple[dict, dict]:
-    """The RLConfig fields a command line gives (`rl-lab train`, `rl-lab export verl`): (those of
-    a YAML file, --task and --seed; those of --set KEY=VALUE), each value read as YAML (numbers,
-    booleans, null, lists, mappings; a dotted KEY sets one knob of a nested config)."""
-    import yaml
-    given = {}
-    if config_file:
-        loaded = yaml.safe_load(open(config_file, encoding="utf-8").read()) or {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{config_file} must hold a mapping of RLConfig fields")
-        given.update(loaded)
-    if task:
-        given["task"] = task
-    if seed is not None:
-        given["seed"] = seed
-    set_fields = {}
-    for item in sets or ():
-        if "=" not in item:
-            raise ConfigError(f"--set {item!r}: write it as key=value, e.g. --set learning_rate=3e-4")
-        key, value = item.split("=", 1)
-        set_fields[key.strip()] = yaml.safe_load(value)
-    return given, set_fields
-
-
-def preset_name(name: str | None = None) -> str:
-    """The preset in force: `name`, else $RL_LAB_PRESET, else "smoke"."""
-    name = name or os.environ.get("RL_LAB_PRESET") or "smoke"
-    if name not in PRESETS:
-        raise ConfigError(f"preset {name!r} is unknown (from RL_LAB_PRESET or the argument); "
-                          f"choose one of {list(PRESETS)}")
-    return name
-
-
-def get_preset(name: str | None = None, **overrides) -> RLConfig:
-    """An `RLConfig` for the preset (`smoke`/`laptop`/`gpu`, default $RL_LAB_PRESET),
-    with `overrides` applied on top."""
-    base = dict(_PRESET_OVERRIDES[preset_name(name)])
-    base.update(overrides)
-    return RLConfig.from_dict(base)

@@ -15,7 +15,7 @@ import yaml
 
 import rl_lab.trainer as T
 from rl_lab.toolkits.compare import quantile_threshold
-from rl_lab.config import get_preset
+from rl_lab.presets import get_preset
 
 KEEP = 0.8
 steps = int(sys.argv[1])

@@ -12,7 +12,7 @@ from pathlib import Path
 
 
 def add_export_arguments(parser: argparse.ArgumentParser) -> None:
-    from rl_lab.config import PRESETS
+    from rl_lab.presets import PRESETS
     parser.add_argument("target", choices=["verl"], help="the stack to export to (verl 0.9.1)")
     parser.add_argument("--config", help="YAML file of RLConfig fields")
     parser.add_argument("--task", help="task name (overrides the config's)")
@@ -40,7 +40,7 @@ def add_import_arguments(parser: argparse.ArgumentParser) -> None:
 
 def export_config(args):
     """The RLConfig the command line describes: preset, then --config, --task, then --set."""
-    from rl_lab.config import command_line_fields, get_preset, preset_name
+    from rl_lab.presets import command_line_fields, get_preset, preset_name
 
     given, set_fields = command_line_fields(args.config, args.task, None, args.set)
     fields = {**given, **set_fields}

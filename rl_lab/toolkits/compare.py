@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from rl_lab.config import get_preset
+from rl_lab.presets import get_preset
 from rl_lab.corrections import RS_OPTIONS, reduce_rows, token_divergences
 from rl_lab.errors import ConfigError
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 
 def build_config(args):
-    from rl_lab.config import get_preset, preset_name
+    from rl_lab.presets import get_preset, preset_name
     from rl_lab.models import check_model_spec
 
     given, set_fields = _cli_fields(args)
@@ -38,7 +38,7 @@ def build_config(args):
 
 def _cli_fields(args) -> tuple[dict, dict]:
     """The RLConfig fields a command line gives: (from --config, --task, --seed; from --set)."""
-    from rl_lab.config import command_line_fields
+    from rl_lab.presets import command_line_fields
     return command_line_fields(args.config, args.task, args.seed, args.set)
 
 
@@ -46,7 +46,8 @@ def resume_config(args):
     """`--resume`: the config saved in <out>/config.yaml.  A field this command line gives a
     different value is refused unless it came with --set (a deliberate change), and the changed
     fields are listed on stderr; $RL_LAB_PRESET and the preset defaults do not apply."""
-    from rl_lab.config import _PRESET_OVERRIDES, CORRECTION_FIELDS, RLConfig, preset_name
+    from rl_lab.config import CORRECTION_FIELDS, RLConfig
+    from rl_lab.presets import _PRESET_OVERRIDES, preset_name
     from rl_lab.errors import ConfigError
     from rl_lab.runs import RunFolder, config_changes
 
@@ -124,7 +125,7 @@ def cmd_plot(args) -> int:
 
 
 def main(argv=None) -> int:
-    from rl_lab.config import PRESETS
+    from rl_lab.presets import PRESETS
     from rl_lab.errors import ConfigError
 
     ap = argparse.ArgumentParser(prog="rl-lab", description=__doc__,

@@ -385,7 +385,7 @@ def time_rl_steps(steps: int = 20, warmup: int = 3) -> tuple[float, int]:
     steps), and torch's thread count."""
     import torch
 
-    from rl_lab.config import get_preset
+    from rl_lab.presets import get_preset
     from rl_lab.trainer import Trainer
 
     trainer = Trainer(get_preset("smoke", task="addition", progress_bar=False, output_dir=None))

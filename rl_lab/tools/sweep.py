@@ -62,7 +62,8 @@ import numpy as np
 import yaml
 
 from rl_lab.toolkits import collapse
-from rl_lab.config import RLConfig, get_preset
+from rl_lab.config import RLConfig
+from rl_lab.presets import get_preset
 from rl_lab.errors import ConfigError
 from rl_lab.utils import atomic_write_text
 

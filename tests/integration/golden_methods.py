@@ -113,7 +113,7 @@ def _value(v):
 
 def run_case(name: str) -> dict:
     from rl_lab import Trainer
-    from rl_lab.config import get_preset
+    from rl_lab.presets import get_preset
 
     overrides = dict(CASES[name])
     cfg = get_preset(overrides.pop("preset"), max_steps=STEPS, **overrides)

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from rl_lab import RLConfig, Trainer
-from rl_lab.config import ConfigError, get_preset
+from rl_lab.config import ConfigError
+from rl_lab.presets import get_preset
 from rl_lab.engines.rollout import HFEngine
 from rl_lab.trainer import TIMING_KEYS, call_reward_funcs
 from rl_lab.utils import read_jsonl

@@ -10,7 +10,8 @@ import pytest
 
 LIGHT = ["rl_lab", "rl_lab.config", "rl_lab.tools.cli", "rl_lab.tools.diagnose", "rl_lab.tools.stats",
          "rl_lab.toolkits.collapse", "rl_lab.integrations.verl", "rl_lab.tasks", "rl_lab.agents",
-         "rl_lab.correction_options", "rl_lab.utils", "rl_lab.models", "rl_lab.runs", "rl_lab.tools.sweep"]
+         "rl_lab.correction_options", "rl_lab.utils", "rl_lab.models", "rl_lab.runs", "rl_lab.tools.sweep",
+         "rl_lab.presets", "rl_lab.method_specs"]
 
 
 @pytest.mark.parametrize("module", LIGHT)
@@ -33,7 +34,7 @@ def test_the_public_names_still_load_on_first_use():
 
 
 def test_a_checked_config_for_every_task_loads_neither():
-    code = ("import sys; from rl_lab.config import RLConfig, get_preset; from rl_lab.tasks import TASKS\n"
+    code = ("import sys; from rl_lab.config import RLConfig; from rl_lab.presets import get_preset; from rl_lab.tasks import TASKS\n"
             "for name in TASKS:\n"
             "    RLConfig(task=name, rollout_correction=dict(rollout_is='token', rollout_rs='seq_mean_k3,token_k1', "
             "rollout_rs_threshold='2,0.5_2'))\n"

@@ -12,7 +12,7 @@ import pandas as pd
 import torch
 
 from rl_lab.toolkits.bandits.envs import Bandit
-from rl_lab.config import preset_name
+from rl_lab.presets import preset_name
 from rl_lab.errors import ConfigError
 
 # Sizes of the bandit experiments per RL_LAB_PRESET (lab 11 and bench/bench_bandits.py).
