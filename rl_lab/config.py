@@ -322,11 +322,9 @@ class RLConfig(_SamplingFields, _Validated):
     def replace(self, **changes):
         """A copy with some fields changed (validated); a correction option may be given by its own
         name (`replace(rollout_is="token")`): it changes that option of rollout_correction."""
-        flat = {k: changes.pop(k) for k in list(changes) if k in CORRECTION_FIELDS}
-        if flat:
-            rc = changes.get("rollout_correction", self.rollout_correction)
-            rc = _coerce_correction(rc)
-            changes["rollout_correction"] = dataclasses.replace(rc, **flat)
+        if any(k in CORRECTION_FIELDS for k in changes):
+            changes.setdefault("rollout_correction", self.rollout_correction)
+            changes = _fold_flat_correction(changes, warn=False)
         return super().replace(**changes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -384,37 +382,46 @@ def _flat_correction_init(init):
 
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
-        if any(k in CORRECTION_FIELDS for k in kwargs):
-            kwargs = _from_legacy({k: v for k, v in kwargs.items() if k in CORRECTION_FIELDS or
-                                   k == "rollout_correction"}) | {k: v for k, v in kwargs.items()
-                                                                  if k not in CORRECTION_FIELDS and
-                                                                  k != "rollout_correction"}
-        init(self, *args, **kwargs)
+        init(self, *args, **_fold_flat_correction(kwargs))
     return __init__
 
 
 RLConfig.__init__ = _flat_correction_init(RLConfig.__init__)
 
 
+def _fold_flat_correction(d: dict, warn: bool = True) -> dict:
+    """`d` with the correction's flat fields (CORRECTION_FIELDS, RLConfig's before issue 51) moved
+    into its rollout_correction (a mapping, an instance or absent), the knob named winning; with
+    `warn`, a ConfigWarning names them."""
+    flat = {k: d[k] for k in d if k in CORRECTION_FIELDS}
+    if not flat:
+        return d
+    d = {k: v for k, v in d.items() if k not in flat}
+    nested = d.get("rollout_correction")
+    nested = dataclasses.asdict(nested) if dataclasses.is_dataclass(nested) else nested
+    d["rollout_correction"] = {**(nested if isinstance(nested, dict) else {}), **flat}
+    if warn:
+        import warnings
+
+        from rl_lab.errors import ConfigWarning
+        warnings.warn("RLConfig fields of an earlier rl_lab read into rollout_correction: "
+                      + ", ".join(f"{k} -> rollout_correction.{k}" for k in flat)
+                      + " (write them that way, as verl's algorithm.rollout_correction does)", ConfigWarning,
+                      stacklevel=5)
+    return d
+
+
 def _from_legacy(d: dict) -> dict:
     """Earlier versions' flat fields into their nested configs: the correction's (CORRECTION_FIELDS)
     into rollout_correction, the methods' (LEGACY_FIELDS) where that method was on (the others were
     inert, and go); a ConfigWarning names the renames."""
-    import warnings
-
-    from rl_lab.errors import ConfigWarning
-    flat = {k: d.pop(k) for k in list(d) if k in CORRECTION_FIELDS}
-    if flat:   # before issue 51: the correction's fields at the top level
-        nested = d.get("rollout_correction")
-        nested = dataclasses.asdict(nested) if dataclasses.is_dataclass(nested) else nested
-        d["rollout_correction"] = {**(nested if isinstance(nested, dict) else {}), **flat}   # the knob named wins
-        warnings.warn("RLConfig fields of an earlier rl_lab read into rollout_correction: "
-                      + ", ".join(f"{k} -> rollout_correction.{k}" for k in flat)
-                      + " (write them that way, as verl's algorithm.rollout_correction does)", ConfigWarning,
-                      stacklevel=4)
+    d = _fold_flat_correction(d)
     old = {k: d.pop(k) for k in list(d) if k in LEGACY_FIELDS}
     if not old:
         return d
+    import warnings
+
+    from rl_lab.errors import ConfigWarning
 
     def positive(key):
         value = old.get(key)
