@@ -19,8 +19,15 @@ import time
 
 import torch
 
-from rl_lab.toolkits.bandits import (EnsemblePlusPlus, EnsembleSampling, LinearBandit, ThompsonSampling,
-                                     bandit_preset, regret_table, run_bandit)
+from rl_lab.toolkits.bandits import (
+    EnsemblePlusPlus,
+    EnsembleSampling,
+    LinearBandit,
+    ThompsonSampling,
+    bandit_preset,
+    regret_table,
+    run_bandit,
+)
 
 
 def time_per_step(d: int, M: int, seeds: int, steps: int, actions: int) -> dict[str, float]:

@@ -23,8 +23,16 @@ import time
 
 import torch
 
-from rl_lab.exact import (ExactProblem, NetworkPolicy, SequenceSpace, TabularPolicy,
-                          behaviour_logits, exact_moments, make_reward, standard_estimators)
+from rl_lab.exact import (
+    ExactProblem,
+    NetworkPolicy,
+    SequenceSpace,
+    TabularPolicy,
+    behaviour_logits,
+    exact_moments,
+    make_reward,
+    standard_estimators,
+)
 
 
 def run(space: SequenceSpace, policy_cls, repeats: int = 1):

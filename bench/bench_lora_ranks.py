@@ -26,9 +26,8 @@ def _rl_run(args):
     task_name, rank, factor, seed, preset = args
     import torch
 
-    from rl_lab.toolkits.information import bits_learned
-    from rl_lab.toolkits.information import LORA_SWEEP_SIZES, sweep_config, train_adapter_run
     from rl_lab.tasks import Addition
+    from rl_lab.toolkits.information import LORA_SWEEP_SIZES, bits_learned, sweep_config, train_adapter_run
 
     torch.set_num_threads(1)
     sizes = LORA_SWEEP_SIZES[preset]

@@ -30,8 +30,8 @@ import torch
 
 from rl_lab import build_model
 from rl_lab.config import SamplingConfig
-from rl_lab.tools.stats import power_law_exponent
 from rl_lab.engines.rollout import HFEngine
+from rl_lab.tools.stats import power_law_exponent
 
 
 def timed(engine, prompts, n, sampling, reps):
@@ -74,8 +74,9 @@ def main():
     sizes = [a.model] if a.model else a.sizes
     for size in sizes:
         if a.model:
-            from rl_lab.models import load_model
             from transformers import AutoTokenizer
+
+            from rl_lab.models import load_model
             model, tok = load_model(size), AutoTokenizer.from_pretrained(size, padding_side="left")
         else:
             model, tok = build_model(size, seed=0)

@@ -19,8 +19,17 @@ from typing import Any
 from rl_lab.config_checks import _check_choice, _check_min_tokens, _check_range, _check_types, _Validated  # noqa: F401
 from rl_lab.correction_options import CORRECTION_FIELDS, IS_LEVELS, CorrectionConfig  # noqa: F401 - re-exported
 from rl_lab.errors import ConfigError
-from rl_lab.method_specs import (EMPG_NORMALIZE, DVPConfig, EMPGConfig, FilterGroupsConfig,  # noqa: F401 - re-exported
-                                 ImitationConfig, LengthTriggeredConfig, TeacherKLConfig, method_configs, plugin_specs)
+from rl_lab.method_specs import (  # noqa: F401 - re-exported
+    EMPG_NORMALIZE,
+    DVPConfig,
+    EMPGConfig,
+    FilterGroupsConfig,
+    ImitationConfig,
+    LengthTriggeredConfig,
+    TeacherKLConfig,
+    method_configs,
+    plugin_specs,
+)
 
 DTYPES = ("float32", "bfloat16", "float16")
 POLICY_LOSSES = ("reinforce", "ppo_clip")

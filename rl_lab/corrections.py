@@ -29,11 +29,18 @@ from typing import Any, Callable
 
 import torch
 
+from rl_lab.correction_options import (  # noqa: F401 - re-exported
+    CORRECTION_FIELDS,
+    EXACT_RS_OPTIONS,
+    IS_LEVELS,
+    RS_LEVELS,
+    RS_OPTIONS,
+    VERL_RS_OPTIONS,
+    parse_is_threshold,
+    parse_rs,
+)
 from rl_lab.errors import ConfigError
 from rl_lab.monitors import SAFETY_BOUND, masked_mean, masked_sum, mismatch_metrics
-
-from rl_lab.correction_options import (CORRECTION_FIELDS, EXACT_RS_OPTIONS, IS_LEVELS,  # noqa: F401 - re-exported
-                                       RS_LEVELS, RS_OPTIONS, VERL_RS_OPTIONS, parse_is_threshold, parse_rs)
 
 
 # ----------------------------------------------------------------------------- IS weights

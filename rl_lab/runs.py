@@ -25,8 +25,7 @@ import yaml
 from rl_lab.config import RLConfig
 from rl_lab.errors import ConfigError
 from rl_lab.models import quiet_hf_progress
-from rl_lab.utils import (atomic_replace_dir, atomic_write_text, json_line, read_jsonl, recover_replaced_dir,
-                          remove_dir)
+from rl_lab.utils import atomic_replace_dir, atomic_write_text, json_line, read_jsonl, recover_replaced_dir, remove_dir
 
 CHECKPOINT_RE = re.compile(r"checkpoint-(\d+)")
 LATEST = "latest_checkpoint"          # names the newest checkpoint of the run that wrote it
@@ -82,7 +81,7 @@ def load_checkpoint(path: str | Path, model, device) -> dict:
     if unexpected or any("lm_head" not in k for k in missing):  # lm_head is tied
         raise RuntimeError(f"checkpoint {path} does not match the model: "
                            f"missing {missing}, unexpected {unexpected}")
-    import torch   # here, not at the top: the command line checks a run folder before loading torch
+    import torch  # here, not at the top: the command line checks a run folder before loading torch
 
     return torch.load(path / STATE, map_location=device, weights_only=True)
 

@@ -119,6 +119,7 @@ def rebuilt_warm_start(tmp_path_factory):
     holding <name>/, "returncode", "log"}.  `make check-checkpoints` rebuilds all of them."""
     import subprocess
     import sys
+
     from rl_lab.tools.warmstart import CI_REBUILT
     out_dir = tmp_path_factory.mktemp("rebuilt_warm_start")
     out = subprocess.run([sys.executable, "-m", "rl_lab.tools.warmstart", *CI_REBUILT, "--check", "--out", str(out_dir)],

@@ -14,8 +14,8 @@ import torch
 import yaml
 
 import rl_lab.trainer as T
-from rl_lab.toolkits.compare import quantile_threshold
 from rl_lab.presets import get_preset
+from rl_lab.toolkits.compare import quantile_threshold
 
 KEEP = 0.8
 steps = int(sys.argv[1])

@@ -28,8 +28,15 @@ from pathlib import Path
 
 import torch
 
-from rl_lab.toolkits.bandits import (EnsemblePlusPlus, EnsembleSampling, LinearBandit, ThompsonSampling,
-                                     UnitBallBandit, ensemble_size_grid, run_bandit)
+from rl_lab.toolkits.bandits import (
+    EnsemblePlusPlus,
+    EnsembleSampling,
+    LinearBandit,
+    ThompsonSampling,
+    UnitBallBandit,
+    ensemble_size_grid,
+    run_bandit,
+)
 
 HERE = Path(__file__).resolve().parent
 ACTION_SETS = {"unit_ball": lambda d: UnitBallBandit(d=d),

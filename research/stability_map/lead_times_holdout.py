@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from rl_lab.toolkits import collapse
 from rl_lab.tools.stats import wilson_interval
 from rl_lab.tools.sweep import load_results
-from rl_lab.toolkits import collapse
 
 MONITORS = ["rollout_corr/k3_kl", "rollout_corr/log_ppl_abs_diff", "rollout_corr/training_ppl", "grad_norm", "entropy"]
 HERE = Path(__file__).parent / "results"

@@ -410,8 +410,8 @@ nine-seed correction runs (their per-step series are not in monitor_series.csv.g
 
 def early_warning():
     """(table, runs, crossings of k3, split) of the held-out early-warning test (NOTES.md)."""
-    from rl_lab.tools.stats import wilson_interval
     from rl_lab.toolkits import collapse
+    from rl_lab.tools.stats import wilson_interval
 
     smap = stability_map()
     runs = smap[smap["spec"].isin(WARNING_SPECS)].drop_duplicates("run_id").set_index("run_id")

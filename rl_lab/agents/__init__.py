@@ -14,8 +14,14 @@ any other part of rl_lab; the engine that writes fixed episode scripts is rl_lab
 # calculator first: the function's name is its module's, and importing the module later would bind the module
 from rl_lab.agents.calculator import CalculatorLimits, calculator
 from rl_lab.agents.episodes import ToolEnvironment
-from rl_lab.agents.python_tool import (SandboxLimits, SandboxMode, SandboxUnavailable, run_python, sandbox_guarantees,
-                                       sandbox_mode)
+from rl_lab.agents.python_tool import (
+    SandboxLimits,
+    SandboxMode,
+    SandboxUnavailable,
+    run_python,
+    sandbox_guarantees,
+    sandbox_mode,
+)
 from rl_lab.agents.registry import TOOLS, get_tool, register_tool, run_tool
 from rl_lab.agents.result import ToolResult
 

@@ -39,7 +39,7 @@ from rl_lab.agents.registry import run_tool
 from rl_lab.agents.result import ToolResult
 
 if TYPE_CHECKING:   # the episode's tensors; torch itself loads when a batch is sampled, so that
-    import torch    # rl_lab.tasks, and so building an RLConfig, does not import it
+    import torch  # rl_lab.tasks, and so building an RLConfig, does not import it
 
 
 @dataclass(frozen=True)

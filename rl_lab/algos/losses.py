@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from rl_lab.monitors import masked_mean
 from rl_lab.engines.shared_prefix import completion_logits
 from rl_lab.engines.vocabulary import safe_vocabulary
+from rl_lab.monitors import masked_mean
 
 
 def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, valid: torch.Tensor | None = None,

@@ -35,8 +35,8 @@ from pathlib import Path
 import torch
 
 from rl_lab.config import SamplingConfig
-from rl_lab.models import quiet_hf_progress
 from rl_lab.engines.rollout import RolloutBatch
+from rl_lab.models import quiet_hf_progress
 
 _VLLM_DTYPES = ("float32", "bfloat16", "float16")
 
@@ -144,8 +144,7 @@ class VLLMEngine:
         """Copy the trainer's current weights into vLLM's model, in memory, then drop the prefix
         cache (its KV entries were computed with the old weights)."""
         from vllm.config import set_current_vllm_config
-        from vllm.model_executor.model_loader.reload import (finalize_layerwise_reload,
-                                                             initialize_layerwise_reload)
+        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload, initialize_layerwise_reload
         weights = {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
         vllm_config = self.llm.llm_engine.vllm_config
 

@@ -10,7 +10,6 @@ import argparse
 from pathlib import Path
 
 
-
 def add_export_arguments(parser: argparse.ArgumentParser) -> None:
     from rl_lab.presets import PRESETS
     parser.add_argument("target", choices=["verl"], help="the stack to export to (verl 0.9.1)")

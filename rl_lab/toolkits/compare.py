@@ -18,9 +18,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from rl_lab.presets import get_preset
 from rl_lab.corrections import RS_OPTIONS, reduce_rows, token_divergences
 from rl_lab.errors import ConfigError
+from rl_lab.presets import get_preset
 
 
 def run_grid(methods: dict[str, dict], seeds, preset: str | None = None, **base) -> pd.DataFrame:

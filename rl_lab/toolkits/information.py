@@ -17,8 +17,14 @@ import torch
 import torch.nn.functional as F
 
 from rl_lab.presets import get_preset, preset_name
-from rl_lab.toolkits.lora import (LORA_ALPHA, LORA_LR_FACTOR, apply_lora, lora_learning_rate, lora_parameter_count,
-                                  num_trainable)
+from rl_lab.toolkits.lora import (
+    LORA_ALPHA,
+    LORA_LR_FACTOR,
+    apply_lora,
+    lora_learning_rate,
+    lora_parameter_count,
+    num_trainable,
+)
 
 # ---------------------------------------------------------------- entropies
 

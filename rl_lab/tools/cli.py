@@ -21,10 +21,9 @@ import time
 from pathlib import Path
 
 
-
 def build_config(args):
-    from rl_lab.presets import get_preset, preset_name
     from rl_lab.models import check_model_spec
+    from rl_lab.presets import get_preset, preset_name
 
     given, set_fields = _cli_fields(args)
     overrides = {**given, **set_fields}
@@ -47,8 +46,8 @@ def resume_config(args):
     different value is refused unless it came with --set (a deliberate change), and the changed
     fields are listed on stderr; $RL_LAB_PRESET and the preset defaults do not apply."""
     from rl_lab.config import CORRECTION_FIELDS, RLConfig
-    from rl_lab.presets import _PRESET_OVERRIDES, preset_name
     from rl_lab.errors import ConfigError
+    from rl_lab.presets import _PRESET_OVERRIDES, preset_name
     from rl_lab.runs import RunFolder, config_changes
 
     folder = RunFolder(args.out)
@@ -90,7 +89,7 @@ def cmd_train(args) -> int:
     else:
         cfg = build_config(args)
     RunFolder.check(cfg, args.resume, args.overwrite)   # before the model is built; Trainer.train begins the folder
-    from rl_lab.trainer import Trainer, first_last_fifth   # torch and transformers: after the checks
+    from rl_lab.trainer import Trainer, first_last_fifth  # torch and transformers: after the checks
 
     trainer = Trainer(cfg)
     resumed = trainer.resume() if args.resume else False
@@ -125,8 +124,8 @@ def cmd_plot(args) -> int:
 
 
 def main(argv=None) -> int:
-    from rl_lab.presets import PRESETS
     from rl_lab.errors import ConfigError
+    from rl_lab.presets import PRESETS
 
     ap = argparse.ArgumentParser(prog="rl-lab", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)

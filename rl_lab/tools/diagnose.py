@@ -167,6 +167,7 @@ def read_verl_setup(path) -> dict:
     (nested), or a file of `key=value` overrides / flat dotted keys.  Missing keys get verl
     0.9.1's defaults where the rules need one.  Raises ConfigError if nothing readable is found."""
     import yaml
+
     from rl_lab.integrations.verl import flatten
     p = Path(path)
     if not p.is_file():

@@ -61,10 +61,10 @@ from typing import Any
 import numpy as np
 import yaml
 
-from rl_lab.toolkits import collapse
 from rl_lab.config import RLConfig
-from rl_lab.presets import get_preset
 from rl_lab.errors import ConfigError
+from rl_lab.presets import get_preset
+from rl_lab.toolkits import collapse
 from rl_lab.utils import atomic_write_text
 
 SPEC_KEYS = ("base", "grid", "seeds", "out", "metrics")

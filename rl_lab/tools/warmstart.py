@@ -38,8 +38,8 @@ import torch.nn.functional as F
 
 from rl_lab.config import SamplingConfig, WarmStartConfig
 from rl_lab.demonstrations import sft_batch
-from rl_lab.models import CHECKPOINT_DIR, build_model, quiet_hf_progress
 from rl_lab.engines.rollout import HFEngine
+from rl_lab.models import CHECKPOINT_DIR, build_model, quiet_hf_progress
 from rl_lab.tasks import get_task
 from rl_lab.utils import atomic_write_text
 

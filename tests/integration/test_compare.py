@@ -5,10 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from rl_lab.toolkits.compare import (format_mean_std, plot_bands, quantile_threshold, row_statistic, run_grid,
-                                     summarize)
 from rl_lab.config import ConfigError
 from rl_lab.corrections import correction_preset, rejection_mask
+from rl_lab.toolkits.compare import format_mean_std, plot_bands, quantile_threshold, row_statistic, run_grid, summarize
 
 TINY = dict(max_steps=2, prompts_per_step=2, num_generations=2, max_completion_length=4)
 

@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from rl_lab.errors import ConfigError
 from rl_lab.tools.cli import main
 from rl_lab.tools.diagnose import K3_WARN, diagnose, load_run, report
-from rl_lab.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 N = 200

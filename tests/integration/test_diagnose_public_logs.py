@@ -9,8 +9,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from rl_lab.tools.diagnose import K3, diagnose, load_run, report
 from rl_lab.integrations.verl import parse_console_line
+from rl_lab.tools.diagnose import K3, diagnose, load_run, report
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "public_logs"
 CONSOLE = FIXTURES / "bihan_dstack_verl_ppo_gsm8k_console.log"

@@ -11,9 +11,24 @@ from pathlib import Path
 import pytest
 
 from rl_lab.tools import doctor
-from rl_lab.tools.doctor import (FAIL, OK, WARN, Check, check_disk, check_kernel, check_python, check_step_time,
-                           check_threads, check_torch, check_torchvision, check_verl, check_vllm, exit_code,
-                           format_table, torch_pins)
+from rl_lab.tools.doctor import (
+    FAIL,
+    OK,
+    WARN,
+    Check,
+    check_disk,
+    check_kernel,
+    check_python,
+    check_step_time,
+    check_threads,
+    check_torch,
+    check_torchvision,
+    check_verl,
+    check_vllm,
+    exit_code,
+    format_table,
+    torch_pins,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 RL = [sys.executable, "-m", "rl_lab.tools.cli"]

@@ -15,10 +15,8 @@ SimpleTIR's void turn (939bec2), re-recorded on AMD AVX-512 at afa49dc, stale on
 """
 from __future__ import annotations
 
-
-import pytest
-
 import golden_methods
+import pytest
 
 RECORDINGS = golden_methods.recordings()
 

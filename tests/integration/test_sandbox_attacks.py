@@ -23,10 +23,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
-from rl_lab.agents import SandboxLimits, SandboxUnavailable, ToolResult, run_python, run_tool, sandbox_mode
-from rl_lab.agents import python_tool
 from sandbox_helpers import decoy_folder, marked, processes_with, snapshot
+
+from rl_lab.agents import SandboxLimits, SandboxUnavailable, ToolResult, python_tool, run_python, run_tool, sandbox_mode
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux")
 NAMESPACES = sys.platform.startswith("linux") and sandbox_mode().name == "namespaces"

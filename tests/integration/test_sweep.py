@@ -239,7 +239,7 @@ def test_cli_sweep_dry_run_run_and_a_bad_field(tmp_path, capsys):
 
 
 def test_a_missing_model_fails_up_front(tmp_path):
-    from rl_lab.models import check_model_spec   # noqa: F401  (a rename fails here, it does not skip)
+    from rl_lab.models import check_model_spec  # noqa: F401  (a rename fails here, it does not skip)
     with pytest.raises(ConfigError, match="nonexistent"):
         plan_sweep(_spec(tmp_path / "m", grid={"model": ["0.3M", str(tmp_path / "nonexistent")]}))
 

@@ -7,8 +7,8 @@ import torch
 
 from rl_lab import RLConfig, Trainer
 from rl_lab.config import ConfigError
-from rl_lab.presets import get_preset
 from rl_lab.engines.rollout import HFEngine
+from rl_lab.presets import get_preset
 from rl_lab.trainer import TIMING_KEYS, call_reward_funcs
 from rl_lab.utils import read_jsonl
 
@@ -238,8 +238,9 @@ def test_bypass_reinforce_equals_decoupled_reinforce_on_the_first_iteration():
 
 
 def test_injectors_perturb_the_sampler_as_described(tiny):
-    from rl_lab.engines.injectors import MismatchEngine, fake_quantize_int8_
     import copy
+
+    from rl_lab.engines.injectors import MismatchEngine, fake_quantize_int8_
     model, tok = tiny
     q = copy.deepcopy(model)
     fake_quantize_int8_(q)

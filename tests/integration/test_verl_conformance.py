@@ -50,13 +50,22 @@ from verl.trainer.ppo import rollout_corr_helper as H  # noqa: E402
 from verl.utils.torch_functional import calculate_sum_pi_squared_from_logits  # noqa: E402
 from verl.workers.config.actor import ActorConfig, PolicyLossConfig  # noqa: E402
 
-from rl_lab.algos.advantages import (optimal_token_baseline, reinforce_plus_plus,  # noqa: E402
-                                     reinforce_plus_plus_baseline, sum_pi_squared)
-from rl_lab.algos.losses import aggregate_loss, group_advantages, policy_loss  # noqa: E402
+from rl_lab.algos.advantages import (  # noqa: E402
+    optimal_token_baseline,
+    reinforce_plus_plus,
+    reinforce_plus_plus_baseline,
+    sum_pi_squared,
+)
 from rl_lab.algos.correction import bypass_policy_loss  # noqa: E402
 from rl_lab.algos.estimators import ADV_ESTIMATORS, AdvantageInputs  # noqa: E402
-from rl_lab.corrections import (CORRECTION_PRESETS, VERL_RS_OPTIONS, importance_weights,  # noqa: E402
-                                rejection_mask, rollout_correction)
+from rl_lab.algos.losses import aggregate_loss, group_advantages, policy_loss  # noqa: E402
+from rl_lab.corrections import (  # noqa: E402
+    CORRECTION_PRESETS,
+    VERL_RS_OPTIONS,
+    importance_weights,
+    rejection_mask,
+    rollout_correction,
+)
 from rl_lab.monitors import mismatch_metrics  # noqa: E402
 
 D = torch.float64

@@ -19,10 +19,21 @@ import pytest
 import torch
 
 from rl_lab.config import RLConfig
-from rl_lab.integrations.verl import (VERL_FIELD_MAP, VERL_TO_RL_LAB_METRICS, VerlCluster, VerlExportError,
-                                      command_line_overrides, config_from_overrides_file, config_from_verl,
-                                      config_overrides, export_verl, local_fields, read_overrides,
-                                      field_value, read_verl_metrics)
+from rl_lab.integrations.verl import (
+    VERL_FIELD_MAP,
+    VERL_TO_RL_LAB_METRICS,
+    VerlCluster,
+    VerlExportError,
+    command_line_overrides,
+    config_from_overrides_file,
+    config_from_verl,
+    config_overrides,
+    export_verl,
+    field_value,
+    local_fields,
+    read_overrides,
+    read_verl_metrics,
+)
 
 REQUIRE = os.environ.get("RL_LAB_REQUIRE_VERL", "") == "1"
 EXAMPLE = Path(__file__).resolve().parents[2] / "book" / "examples" / "verl_export"
@@ -214,7 +225,7 @@ def test_verl_composes_the_exported_command_line_into_its_dataclasses(name, node
         assert not need_critic(composed)
     assert need_reference_policy(composed) == (cfg.beta > 0)
     validate_config(composed, use_reference_policy=cfg.beta > 0, use_critic=False)
-    from omegaconf import OmegaConf                          # overrides.yaml merged onto verl's defaults:
+    from omegaconf import OmegaConf  # overrides.yaml merged onto verl's defaults:
     merged = OmegaConf.merge(compose([]), OmegaConf.load(tmp_path / "overrides.yaml"))   # the same config
     assert OmegaConf.to_container(merged) == OmegaConf.to_container(composed)
     for key, value in export.overrides.items():          # every key landed, with its type
@@ -265,15 +276,13 @@ def test_verl_dataset_and_rollout_tokenisation_give_rl_labs_prompt_ids(exported)
     with the Continuous Token builder for the model's type (qwen2), which renders the exported chat
     template.  The ids must be the ones rl_lab's HFEngine feeds the model."""
     from omegaconf import OmegaConf
+    from verl.utils import hf_tokenizer
     from verl.utils.dataset.rl_dataset import RLHFDataset
     from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token_builder
 
     from rl_lab.config import SamplingConfig
     from rl_lab.engines.rollout import HFEngine
     from rl_lab.models import load_model
-
-    from verl.utils import hf_tokenizer
-
     from rl_lab.tokenizer import CHARACTERS
 
     cfg, export = exported

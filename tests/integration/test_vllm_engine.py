@@ -24,8 +24,8 @@ PROMPTS = ["12+34=", "5+77=", "99+1="]
 
 @pytest.fixture(scope="module")
 def setup():
-    from rl_lab.models import build_model
     from rl_lab.engines.vllm_engine import VLLMEngine
+    from rl_lab.models import build_model
     model, tok = build_model("0.3M", seed=0)
     return model, tok, VLLMEngine(model, tok, dtype="float32")
 
@@ -133,6 +133,7 @@ def test_bad_dtype_is_rejected():
 def test_trainer_runs_end_to_end_on_vllm_bf16():
     """A few GRPO steps on the warm start with a bf16 vLLM sampler and an fp32 trainer."""
     import numpy as np
+
     from rl_lab import Trainer, load_warm_start
     from rl_lab.engines.vllm_engine import VLLMEngine
     model, tok = load_warm_start("addition")

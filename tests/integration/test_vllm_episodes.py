@@ -213,6 +213,7 @@ def test_the_tool_task_runs_on_vllm_from_the_config():
     episodes on vLLM are HFEngine's, and two trainer steps run with executed calls.  A second
     vLLM engine (the warm start's tied layout): 5 s here once the module's first one has loaded vLLM."""
     import numpy as np
+
     from rl_lab.engines.vllm_engine import VLLMEngine
     from rl_lab.models import load_warm_start
     model, tok = load_warm_start("multiplication_tool")

@@ -10,8 +10,14 @@ import torch
 from rl_lab.config import ConfigError, WarmStartConfig
 from rl_lab.demonstrations import sft_batch
 from rl_lab.models import CHECKPOINT_DIR
-from rl_lab.tools.warmstart import (CI_REBUILT, SHIPPED, SUCCESS_TOLERANCE, compare_with_manifest, machine_signature,
-                                    warm_start)
+from rl_lab.tools.warmstart import (
+    CI_REBUILT,
+    SHIPPED,
+    SUCCESS_TOLERANCE,
+    compare_with_manifest,
+    machine_signature,
+    warm_start,
+)
 
 MANIFEST = json.loads((CHECKPOINT_DIR / "MANIFEST.json").read_text())
 

@@ -10,12 +10,22 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from sandbox_helpers import decoy_folder, marked, processes_with, snapshot
 
-from rl_lab.agents import (CalculatorLimits, SandboxLimits, ToolResult, calculator, get_tool, register_tool,
-                           run_python, run_tool, sandbox_guarantees, sandbox_mode)
+from rl_lab.agents import (
+    CalculatorLimits,
+    SandboxLimits,
+    ToolResult,
+    calculator,
+    get_tool,
+    register_tool,
+    run_python,
+    run_tool,
+    sandbox_guarantees,
+    sandbox_mode,
+)
 from rl_lab.agents.python_tool import landlock_abi
 from rl_lab.agents.registry import TOOLS
-from sandbox_helpers import decoy_folder, marked, processes_with, snapshot
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox needs Linux")
 

@@ -5,15 +5,30 @@ import numpy as np
 import pytest
 import torch
 
+from rl_lab.config import ConfigError
 from rl_lab.toolkits.bandits import (
-    INDICES, PERTURBATIONS, EnsemblePlusPlus, EnsembleSampling, Greedy, LinearBandit,
-    NeuralBandit, QuadraticBandit, ThompsonSampling, UnitBallBandit, bootstrap_ratios, covariance_spectrum,
-    ensemble_size_grid, matches_ts, regret_quantiles, regret_table, run_bandit, smallest_matching_M,
+    INDICES,
+    PERTURBATIONS,
+    EnsemblePlusPlus,
+    EnsembleSampling,
+    Greedy,
+    LinearBandit,
+    NeuralBandit,
+    QuadraticBandit,
+    ThompsonSampling,
+    UnitBallBandit,
+    bootstrap_ratios,
+    covariance_spectrum,
+    ensemble_size_grid,
+    matches_ts,
+    regret_quantiles,
+    regret_table,
+    run_bandit,
+    smallest_matching_M,
     unit_noise,
 )
 from rl_lab.toolkits.bandits.lm import make_lm_bandit, odd_digit_class
 from rl_lab.toolkits.bandits.neural import NeuralEnsemblePlusPlus, symmetrised_loss
-from rl_lab.config import ConfigError
 
 D64 = torch.float64
 

@@ -2,10 +2,24 @@
 import pytest
 import torch
 
-from rl_lab.exact import (BASELINES, NetworkPolicy, SequenceSpace, TabularPolicy, baseline_values,
-                          estimator_variance, exact_gradient, group_estimator_mse, logit_grad_sqnorm,
-                          make_reward, per_token_proxy, per_token_scores, score_sqnorm, sequence_probs,
-                          log_probs, variance_table)
+from rl_lab.exact import (
+    BASELINES,
+    NetworkPolicy,
+    SequenceSpace,
+    TabularPolicy,
+    baseline_values,
+    estimator_variance,
+    exact_gradient,
+    group_estimator_mse,
+    log_probs,
+    logit_grad_sqnorm,
+    make_reward,
+    per_token_proxy,
+    per_token_scores,
+    score_sqnorm,
+    sequence_probs,
+    variance_table,
+)
 
 
 def test_logit_grad_sqnorm_matches_autograd():

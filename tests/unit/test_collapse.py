@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 
 from rl_lab.toolkits import collapse
-from rl_lab.toolkits.collapse import (detect_collapse, detect_grad_blowup, first_crossing, lead_time,
-                                      moving_average)
+from rl_lab.toolkits.collapse import detect_collapse, detect_grad_blowup, first_crossing, lead_time, moving_average
 
 
 def test_defaults_are_module_constants_and_stated():

@@ -4,9 +4,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from rl_lab.tools.cli import main as cli_main
 from rl_lab.config import ConfigError, RLConfig, SamplingConfig, WarmStartConfig
 from rl_lab.models import CHECKPOINT_DIR, warm_start_path
+from rl_lab.tools.cli import main as cli_main
 
 
 @pytest.mark.parametrize("field,value", [
@@ -237,8 +237,8 @@ def test_resuming_changes_a_nested_knob_only_with_set(tmp_path):
 
     import yaml
 
-    from rl_lab.tools.cli import resume_config
     from rl_lab.runs import config_changes
+    from rl_lab.tools.cli import resume_config
     saved = RLConfig(task="multiplication_tool", empg={"k": 2.0}, output_dir=str(tmp_path)).to_dict()
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
     assert config_changes(saved, RLConfig.from_dict({**saved, "empg.zeta": 0.0})) == {"empg.zeta": (0.1, 0.0)}

@@ -9,8 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rl_lab.algos.losses import aggregate_loss, policy_loss
-from rl_lab.corrections import (VERL_RS_OPTIONS, importance_weights, rejection_mask,
-                                rollout_correction)
+from rl_lab.corrections import VERL_RS_OPTIONS, importance_weights, rejection_mask, rollout_correction
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 D = torch.float64

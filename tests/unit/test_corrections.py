@@ -4,10 +4,21 @@ import pytest
 import torch
 
 from rl_lab.config import ConfigError, RLConfig
-from rl_lab.corrections import (CORRECTION_PRESETS, RS_OPTIONS, correction_preset, geometric_mask,
-                                importance_weights, parse_is_threshold, parse_rs, rejection_mask,
-                                rollout_correction, token_divergences, token_kl, token_veto_mask,
-                                trust_region_mask)
+from rl_lab.corrections import (
+    CORRECTION_PRESETS,
+    RS_OPTIONS,
+    correction_preset,
+    geometric_mask,
+    importance_weights,
+    parse_is_threshold,
+    parse_rs,
+    rejection_mask,
+    rollout_correction,
+    token_divergences,
+    token_kl,
+    token_veto_mask,
+    trust_region_mask,
+)
 from rl_lab.monitors import masked_mean, mismatch_metrics
 
 

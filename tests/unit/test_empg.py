@@ -8,8 +8,15 @@ import torch
 import torch.nn.functional as F
 
 from rl_lab import RLConfig
-from rl_lab.algos.empg import (empg_advantages, future_clarity_bonus, gini_impurity, normalized_entropy,
-                               renyi2_entropy, self_calibrating_scale, step_entropies)
+from rl_lab.algos.empg import (
+    empg_advantages,
+    future_clarity_bonus,
+    gini_impurity,
+    normalized_entropy,
+    renyi2_entropy,
+    self_calibrating_scale,
+    step_entropies,
+)
 from rl_lab.config import ConfigError
 
 
@@ -138,6 +145,7 @@ def test_the_two_orders_agree_when_zeta_is_zero_and_differ_otherwise():
 
 def test_a_trainer_step_without_reward_spread_updates_only_under_empg():
     from helpers import SMALL, FixedEngine, scripted_batch
+
     from rl_lab import Trainer
     from rl_lab.models import build_model
     batch, _ = scripted_batch()

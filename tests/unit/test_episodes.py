@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from helpers import CHARS, SMALL, FixedEngine, distinct_characters, scripted_batch, step_on, strip_timing  # noqa: F401
 
 from rl_lab import RLConfig, Trainer
 from rl_lab.agents import ToolEnvironment, ToolResult
@@ -16,7 +17,6 @@ from rl_lab.engines.scripted import ScriptedEngine, script_token_ids
 from rl_lab.models import build_model
 from rl_lab.trainer import TIMING_KEYS  # noqa: F401
 
-from helpers import CHARS, SMALL, FixedEngine, distinct_characters, scripted_batch, step_on, strip_timing  # noqa: F401
 
 def test_an_episode_alternates_model_and_tool_turns():
     batch, tok = scripted_batch()

@@ -2,18 +2,40 @@
 import math
 
 import numpy as np
-
 import pytest
 import torch
 
 from rl_lab.config import ConfigError
-from rl_lab.exact import (ESTIMATORS, MECHANISMS, Estimator, ExactProblem, NetworkPolicy,
-                          SequenceSpace, TabularPolicy, behaviour_logits, best_step, chi2,
-                          estimator_bounds, estimator_weights, exact_gradient,
-                          exact_moments, expected_progress, flat_params, kl, make_reward,
-                          monte_carlo, objective, per_sequence_estimates, score_table,
-                          set_flat_params, sga_terms, simulation_lemma, smoothness,
-                          standard_estimators, tv)
+from rl_lab.exact import (
+    ESTIMATORS,
+    MECHANISMS,
+    Estimator,
+    ExactProblem,
+    NetworkPolicy,
+    SequenceSpace,
+    TabularPolicy,
+    behaviour_logits,
+    best_step,
+    chi2,
+    estimator_bounds,
+    estimator_weights,
+    exact_gradient,
+    exact_moments,
+    expected_progress,
+    flat_params,
+    kl,
+    make_reward,
+    monte_carlo,
+    objective,
+    per_sequence_estimates,
+    score_table,
+    set_flat_params,
+    sga_terms,
+    simulation_lemma,
+    smoothness,
+    standard_estimators,
+    tv,
+)
 from rl_lab.exact.estimators import per_sequence_vectors
 
 D = torch.float64
@@ -182,8 +204,8 @@ def test_every_mismatch_mechanism_produces_a_valid_behaviour():
 
 def test_truncation_rules_match_the_rollout_engine():
     from rl_lab.config import SamplingConfig
-    from rl_lab.exact.mismatch import top_k, top_p
     from rl_lab.engines.rollout import process_logits
+    from rl_lab.exact.mismatch import top_k, top_p
     g = torch.Generator().manual_seed(0)
     logits = (3 * torch.randn(64, 11, generator=g)).to(D)
     for cfg, ours in ((SamplingConfig(top_k=3), top_k(logits, 3)), (SamplingConfig(top_p=0.8), top_p(logits, 0.8))):
@@ -431,8 +453,16 @@ def test_sga_efficiency_ignores_scale_and_matches_best_step():
 
 
 def test_analysis_helpers():
-    from rl_lab.exact import (bound_optimal_threshold, estimator_table, expected_ascent, feedback_policy,
-                              loglog_slope, mc_errors, seq_tis_mse_bound, threshold_sweep)
+    from rl_lab.exact import (
+    bound_optimal_threshold,
+    estimator_table,
+    expected_ascent,
+    feedback_policy,
+    loglog_slope,
+    mc_errors,
+    seq_tis_mse_bound,
+    threshold_sweep,
+    )
     assert abs(loglog_slope([1, 2, 4, 8], [3, 12, 48, 192]) - 2) < 1e-12
     assert abs(bound_optimal_threshold(1.0, series=True) - 2.0) < 1e-12      # Part 2: sqrt(2 (1 + chi2))
     for chi2_seq, B in ((0.3, 1), (4.0, 64), (50.0, 1024)):                    # C* minimises its bound

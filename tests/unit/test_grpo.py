@@ -179,10 +179,8 @@ def test_only_one_vocabulary_sized_tensor_is_kept_for_the_backward(fresh_tiny):
 
 @pytest.mark.parametrize("estimator,needs", [("grpo", False), ("optimal_token_baseline", True)])
 def test_the_trainer_keeps_the_full_distributions_only_when_an_estimator_reads_them(estimator, needs):
-    from rl_lab.config import RLConfig
+    from rl_lab.config import RLConfig, SamplingConfig
     from rl_lab.trainer import Trainer
-
-    from rl_lab.config import SamplingConfig
 
     tr = Trainer(RLConfig(task="addition", model="0.3M", max_steps=1, prompts_per_step=2, num_generations=2,
                           max_completion_length=4, advantage_estimator=estimator, progress_bar=False))

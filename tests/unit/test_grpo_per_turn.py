@@ -12,8 +12,14 @@ import torch
 from rl_lab import RLConfig
 from rl_lab.agents import ToolEnvironment
 from rl_lab.algos.estimators import ADV_ESTIMATORS, AdvantageInputs
-from rl_lab.algos.trloo import (grpo_per_turn_advantages, trajectory_self_included,
-                                turn_group_metrics, turn_group_normalized, turn_leave_one_out, turn_self_included)
+from rl_lab.algos.trloo import (
+    grpo_per_turn_advantages,
+    trajectory_self_included,
+    turn_group_metrics,
+    turn_group_normalized,
+    turn_leave_one_out,
+    turn_self_included,
+)
 from rl_lab.exact.turns import TwoTurnToy, angle_degrees, expected_update, true_gradient
 from rl_lab.tasks import MultiplicationTool
 
@@ -126,6 +132,7 @@ def capture_advantages(monkeypatch) -> list:
 
 def test_a_trainer_step_groups_the_advantages_per_prompt_and_turn(monkeypatch):
     from helpers import SMALL, FixedEngine, distinct_characters, scripted_batch
+
     from rl_lab import Trainer
     from rl_lab.models import build_model
 

@@ -12,6 +12,7 @@ from rl_lab.algos.hybrid import imitation_nll, kl_logit_gradient, reverse_kl
 from rl_lab.config import ConfigError
 from rl_lab.models import build_model
 
+
 def distinct_characters(completions, **kw):
     """A reward with spread, so the RL gradient is not zero."""
     return [float(len(set(c))) for c in completions]

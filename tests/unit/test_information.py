@@ -6,12 +6,23 @@ import pytest
 import torch
 
 from rl_lab import build_model
-from rl_lab.toolkits.information import (answer_probabilities, bandwidth_table, bernoulli_kl_bits, binary_entropy_bits,
-                                         bits_learned, capacity_table, count_parameters, entropy_bits,
-                                         per_timestep_bits, plugin_entropy_bits, published_config,
-                                         scalar_advantage_bits, sum_pmf)
-from rl_lab.toolkits.lora import lora_parameter_count
 from rl_lab.tasks import Addition, Countdown, Reversal, digit_token_rewards
+from rl_lab.toolkits.information import (
+    answer_probabilities,
+    bandwidth_table,
+    bernoulli_kl_bits,
+    binary_entropy_bits,
+    bits_learned,
+    capacity_table,
+    count_parameters,
+    entropy_bits,
+    per_timestep_bits,
+    plugin_entropy_bits,
+    published_config,
+    scalar_advantage_bits,
+    sum_pmf,
+)
+from rl_lab.toolkits.lora import lora_parameter_count
 
 
 def test_entropies_by_hand():

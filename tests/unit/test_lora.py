@@ -6,8 +6,18 @@ import torch
 
 from rl_lab import Trainer, get_preset, get_task, load_warm_start
 from rl_lab.config import ConfigError
-from rl_lab.toolkits.lora import (ALL_LINEAR, apply_lora, changed_parameters, is_lora_parameter, linear_shapes,
-                                  lora_learning_rate, lora_parameter_count, merge_lora, num_trainable, snapshot)
+from rl_lab.toolkits.lora import (
+    ALL_LINEAR,
+    apply_lora,
+    changed_parameters,
+    is_lora_parameter,
+    linear_shapes,
+    lora_learning_rate,
+    lora_parameter_count,
+    merge_lora,
+    num_trainable,
+    snapshot,
+)
 
 
 @pytest.fixture(scope="module")
@@ -130,9 +140,9 @@ def test_first_step_kl_is_quadratic_and_the_lr_factor_rank_free(warm):
 
 
 def test_train_adapter_run_records_exact_success_and_scales_the_lr():
+    from rl_lab.tasks import Addition
     from rl_lab.toolkits.information import LORA_SWEEP_SIZES, sweep_config, train_adapter_run
     from rl_lab.toolkits.lora import LORA_LR_FACTOR
-    from rl_lab.tasks import Addition
 
     for preset in LORA_SWEEP_SIZES:
         assert sweep_config(preset).max_steps == LORA_SWEEP_SIZES[preset]["steps"]

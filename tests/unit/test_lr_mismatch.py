@@ -3,8 +3,15 @@ import numpy as np
 import pytest
 import torch
 
-from rl_lab.toolkits.lr_mismatch import (best_quadratic_step, first_decay_step, phase_means, quadratic_progress_mc,
-                                         quadratic_progress_terms, replay_length_schedule, reward_collapse_step)
+from rl_lab.toolkits.lr_mismatch import (
+    best_quadratic_step,
+    first_decay_step,
+    phase_means,
+    quadratic_progress_mc,
+    quadratic_progress_terms,
+    replay_length_schedule,
+    reward_collapse_step,
+)
 
 L = 2.0
 THETA = torch.tensor([1.0, -0.5, 0.25], dtype=torch.float64)

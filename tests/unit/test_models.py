@@ -82,6 +82,7 @@ def test_warm_start_checkpoints_are_shipped_and_do_what_the_manifest_says():
 def test_half_billion_preset_has_the_qwen25_shape():
     """The GPU benchmark size: Qwen2.5-0.5B's shape with its real vocabulary (built on `meta`)."""
     from transformers import Qwen2ForCausalLM
+
     from rl_lab.models import model_config
     cfg = model_config("0.5B", vocab_size=64)
     assert cfg.vocab_size == 151936 and cfg.num_hidden_layers == 24 and cfg.hidden_size == 896

@@ -7,8 +7,16 @@ import torch
 
 from rl_lab.engines.vocabulary import safe_vocabulary
 from rl_lab.exact import NetworkPolicy, SequenceSpace, make_reward
-from rl_lab.toolkits.pruning import (adversarial_logit_perturbation, binned_gap, centred_logit_gap, excluded_mass,
-                                     logprob_shift_bound, pruned_divergences, pruned_log_softmax, pruning_bias_check)
+from rl_lab.toolkits.pruning import (
+    adversarial_logit_perturbation,
+    binned_gap,
+    centred_logit_gap,
+    excluded_mass,
+    logprob_shift_bound,
+    pruned_divergences,
+    pruned_log_softmax,
+    pruning_bias_check,
+)
 
 
 def _shift(z, z_new, a):

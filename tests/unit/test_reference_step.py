@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from rl_lab import RLConfig, Trainer
-from rl_lab.reference_step import reference_grpo_step
 from rl_lab.engines.rollout import HFEngine
+from rl_lab.reference_step import reference_grpo_step
 
 
 @pytest.mark.parametrize("share_prefix,fast", [(False, True), (True, True), (True, False)])

@@ -3,10 +3,22 @@ import numpy as np
 import pytest
 import torch
 
-from rl_lab.toolkits.routing import (TinyMoELM, count_switches, flip_probability, kl_along_direction,
-                                     mc_flip_probability, mixture_logprobs, pg_ascent, population_kl,
-                                     routing_flip_fraction, routing_mismatch, soft_gate, token_logprobs, topk_gate,
-                                     topk_mask)
+from rl_lab.toolkits.routing import (
+    TinyMoELM,
+    count_switches,
+    flip_probability,
+    kl_along_direction,
+    mc_flip_probability,
+    mixture_logprobs,
+    pg_ascent,
+    population_kl,
+    routing_flip_fraction,
+    routing_mismatch,
+    soft_gate,
+    token_logprobs,
+    topk_gate,
+    topk_mask,
+)
 
 D64 = torch.float64
 E = torch.tensor([[3.0, 0, 0, 0], [0, 3.0, 0, 0], [0, 0, 3.0, 0]], dtype=D64)

@@ -79,7 +79,7 @@ def test_short_completions_and_distinct_prompts(tiny, T):
 
 
 def test_shared_forward_through_a_lora_wrapper(fresh_tiny):
-    import peft          # a dependency of rl_lab (pyproject.toml), never skipped
+    import peft  # a dependency of rl_lab (pyproject.toml), never skipped
     model, tok = fresh_tiny
     cfg = peft.LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
     lora = peft.get_peft_model(model, cfg)

@@ -7,14 +7,17 @@ from dataclasses import replace
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import CHARS, scripted_batch, step_on
 
 from rl_lab import RLConfig
 from rl_lab.algos.losses import group_advantages
-from rl_lab.algos.simpletir import (after_tool_output, drop_void_trajectories, logit_gradient_norm,
-                                    tool_conditioned_token_stats)
+from rl_lab.algos.simpletir import (
+    after_tool_output,
+    drop_void_trajectories,
+    logit_gradient_norm,
+    tool_conditioned_token_stats,
+)
 from rl_lab.config import ConfigError
-
-from helpers import CHARS, scripted_batch, step_on
 
 
 def test_a_void_row_leaves_the_loss_and_the_group_statistics():

@@ -9,8 +9,15 @@ import torch
 
 from rl_lab import RLConfig
 from rl_lab.algos.estimators import ADV_ESTIMATORS, AdvantageInputs
-from rl_lab.algos.trloo import (outcome_turn_rewards, per_token, trloo_advantages, turn_leave_one_out,
-                                turn_returns, turn_self_included, turns_present)
+from rl_lab.algos.trloo import (
+    outcome_turn_rewards,
+    per_token,
+    trloo_advantages,
+    turn_leave_one_out,
+    turn_returns,
+    turn_self_included,
+    turns_present,
+)
 from rl_lab.exact.turns import TwoTurnToy, angle_degrees, expected_update, true_gradient
 
 
@@ -94,6 +101,7 @@ def test_a_trainer_step_with_trloo_reads_the_tasks_per_turn_rewards():
     from dataclasses import dataclass
 
     from helpers import SMALL, FixedEngine, scripted_batch, step_on
+
     from rl_lab import Trainer
     from rl_lab.models import build_model
     from rl_lab.tasks import Addition

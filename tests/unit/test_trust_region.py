@@ -5,8 +5,18 @@ import numpy as np
 import pytest
 
 from rl_lab.config import ConfigError
-from rl_lab.exact import (ExactProblem, SequenceSpace, behaviour_logits, error_identity, feedback_policy,
-                          loglog_slope, make_reward, surrogate_error, trm_bound_table, trm_divergences)
+from rl_lab.exact import (
+    ExactProblem,
+    SequenceSpace,
+    behaviour_logits,
+    error_identity,
+    feedback_policy,
+    loglog_slope,
+    make_reward,
+    surrogate_error,
+    trm_bound_table,
+    trm_divergences,
+)
 
 BOUND_KEYS = ("classical_kl", "classical_tv", "pm_kl", "pm_tv", "mixed_kl", "mixed_tv", "coupling",
               "adaptive_tv", "adaptive_kl", "adaptive", "unified")

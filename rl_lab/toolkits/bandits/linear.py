@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
-from rl_lab.toolkits.bandits.envs import DTYPE, check_choice, check_int, check_positive
 from rl_lab.errors import ConfigError
+from rl_lab.toolkits.bandits.envs import DTYPE, check_choice, check_int, check_positive
 
 PERTURBATIONS = ("sphere", "gaussian", "rademacher", "coordinate")
 """Distributions P_z of the perturbation z in R^M stored with each observation, E[z z^T] = I/M."""

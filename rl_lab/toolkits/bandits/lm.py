@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from rl_lab.toolkits.bandits.envs import DTYPE, FiniteBandit
 from rl_lab.errors import ConfigError
+from rl_lab.toolkits.bandits.envs import DTYPE, FiniteBandit
 
 
 @torch.no_grad()

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from rl_lab.errors import ConfigError
 from rl_lab.toolkits.bandits.envs import check_choice, check_int, check_positive
 from rl_lab.toolkits.bandits.linear import INDICES, PERTURBATIONS, unit_noise
-from rl_lab.errors import ConfigError
 
 
 def symmetrised_loss(mean: torch.Tensor, g: torch.Tensor, y: torch.Tensor, z: torch.Tensor,

@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from rl_lab.toolkits.bandits.envs import Bandit
-from rl_lab.presets import preset_name
 from rl_lab.errors import ConfigError
+from rl_lab.presets import preset_name
+from rl_lab.toolkits.bandits.envs import Bandit
 
 # Sizes of the bandit experiments per RL_LAB_PRESET (lab 11 and bench/bench_bandits.py).
 BANDIT_PRESETS: dict[str, dict] = {
