@@ -6,6 +6,8 @@ All take (B, T) log-probs of the same tokens and a (B, T) mask, and follow verl 
   k3_kl     mean(e^lr - lr - 1)            k3 estimate of KL(mu || pi): >= 0, low variance
   log_ppl_diff  mean_i [ mean_t log mu - mean_t log pi ]   per-sequence log-perplexity gap
   chi2_token    mean(rho^2) - 1,  chi2_seq = mean_i(prod_t rho)^2 - 1
+  tokens_differ the share of tokens whose two log-probs are not bitwise equal (0 only when the
+                sampler and the trainer compute the same bits: the exact-zero control)
 
 Chapter "When speed kills stability" (book/ch_when_speed_kills.md) and chapter 5 explain the monitors.
 """
@@ -53,6 +55,7 @@ def mismatch_metrics(logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch
         "chi2_token": (masked_mean(torch.exp(lr_safe) ** 2, m) - 1).item(),
         "chi2_seq": (torch.exp(2 * seq).mean() - 1).item(),
         "max_abs_logprob_diff": lr.abs()[m.bool()].max().item() if m.any() else 0.0,
+        "tokens_differ": masked_mean((lr != 0).double(), m).item(),
     }
 
 

@@ -33,7 +33,8 @@ steps are the trainer's 1-based step numbers, empty = not applicable):
                                      rl_lab.toolkits.collapse.detect_collapse
   grad_blowup, grad_blowup_step, grad_norm_baseline    rl_lab.toolkits.collapse.detect_grad_blowup
   <monitor>_mean, <monitor>_last     for k3_kl, log_ppl_abs_diff, logp_diff_max, is_ratio_max,
-                                     grad_norm, entropy, mean_length (MONITORS; NaN if not logged)
+                                     chi2_token, tokens_differ, grad_norm, entropy, mean_length
+                                     (MONITORS; NaN if not logged)
   warn_<monitor>_step, warn_<monitor>_lead   with metrics.warn: first crossing, fall - crossing
   skipped_steps, masked_samples      the trainer's fault counters, summed
   train_s                            sum of the logged step times (survives a resume)
@@ -77,6 +78,8 @@ MONITORS = {
     "log_ppl_abs_diff": "rollout_corr/log_ppl_abs_diff",
     "logp_diff_max": "sampling/sampling_logp_difference/max",
     "is_ratio_max": "sampling/importance_sampling_ratio/max",
+    "chi2_token": "rollout_corr/chi2_token",
+    "tokens_differ": "rollout_corr/tokens_differ",
     "grad_norm": "grad_norm",
     "entropy": "entropy",
     "mean_length": "completions/mean_length",

@@ -11,7 +11,7 @@ before the methods' nested configs (issue 31), which then held bit for bit.  tes
 signature is this machine's; elsewhere (another CPU rounds differently and samples other tokens)
 it checks that every case still runs and logs the same metric names.
 
-A metric added later (ADDED) is not in the older recordings; it must not change the training
+A metric added later (ADDED; rollout_corr/tokens_differ for issue 49's exact-zero control) is not in the older recordings; it must not change the training
 (the weights' hash and every recorded metric stay bit-identical), and is tested on its own.
 
 The cases run in one fresh process with one thread, always all of them and in the order of
@@ -36,7 +36,7 @@ import torch
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
 ADDED = frozenset({"tir/abs_logp_diff/after_tool", "tir/abs_logp_diff/elsewhere", "turns/void_eos_fraction",
-                   "turns/varying_groups", "turns/shrink_spread"})
+                   "turns/varying_groups", "turns/shrink_spread", "rollout_corr/tokens_differ"})
 """Metrics added after the AVX-512 recording (research/post_miniature's question (a); SimpleTIR's early-<eos>
 void turns and the per-turn group sizes of research/trloo_turns, issue 28)."""
 STEPS = 3

@@ -87,3 +87,15 @@ def test_mismatch_by_bin_accepts_tensors_and_custom_bins():
         mismatch_by_bin(mu, r[:2])
     with pytest.raises(ValueError, match="increasing"):
         mismatch_by_bin(mu, r, bins=[0, 0.5, 0.5, 1])
+
+
+def test_tokens_differ_counts_bitwise_inequality_on_the_mask_only():
+    from rl_lab.monitors import mismatch_metrics
+    logp = torch.tensor([[-1.0, -2.0, -3.0, -4.0]])
+    same = mismatch_metrics(logp, logp.clone(), torch.ones(1, 4))
+    assert same["tokens_differ"] == 0.0 and same["k3_kl"] == 0.0
+    nudged = logp.clone()
+    nudged[0, 1] = torch.nextafter(nudged[0, 1], torch.tensor(0.0))       # one ulp: rounding level
+    nudged[0, 3] = 0.0                                                    # outside the mask: not counted
+    m = mismatch_metrics(logp, nudged, torch.tensor([[1.0, 1.0, 1.0, 0.0]]))
+    assert m["tokens_differ"] == pytest.approx(1 / 3)
