@@ -118,6 +118,11 @@ def trim_into(src: Path, dest: Path, names: list[str]) -> None:
     """Copy the runs' JSON and logs (KEEP), root and checkpoints, without weights or pickles."""
     for name in names:
         for f in (src / name).rglob("*"):
+            inside = f.relative_to(src / name).parts
+            if inside[0].startswith("checkpoint-") and name not in WITH_CHECKPOINTS:
+                continue                               # the root's state is enough for these
+            if f.name == "console.log" and "-log1-" in name:
+                continue                               # 100 printed dicts: the log10 consoles suffice
             if f.is_file() and f.name in KEEP:
                 target = dest / name / f.relative_to(src / name)
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -127,6 +132,7 @@ def trim_into(src: Path, dest: Path, names: list[str]) -> None:
         shutil.copyfile(first, dest / names[0] / "training_args.bin")
 
 
+WITH_CHECKPOINTS = ("crash-log10-s1", "lr_collapse-log10-s1")
 FIXTURE_RUNS = ["lr_collapse-log10-s1", "lr_collapse-log1-s1", "crash-log10-s1", "healthy-log10-s1"]
 
 

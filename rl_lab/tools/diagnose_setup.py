@@ -284,8 +284,9 @@ _SKIP = object()
 def _plain(v):
     if v is None or isinstance(v, (str, int, float, bool)):
         return v
-    if isinstance(v, _Opaque) and len(v.args) == 1 and isinstance(v.args[0], (str, int, float)):
-        return v.args[0]                               # an enum such as SchedulerType('linear')
+    if (isinstance(v, _Opaque) and len(v.args) == 1 and isinstance(v.args[0], (str, int, float))
+            and v.name.split()[-1][:1].isupper()):
+        return v.args[0]                               # an enum such as SchedulerType('linear'), not a call
     return _SKIP
 
 
