@@ -119,3 +119,17 @@ def as_rows() -> list[dict]:
     """The table as records, for the glossary page."""
     return [{"library": r.library, "name": r.name, "read as": r.column or "-",
              "meaning": r.meaning, "source": r.source} for r in METRIC_NAMES]
+
+
+def glossary_markdown() -> str:
+    """The table as a Markdown pipe table (the glossary page renders it): names in code font, `|`
+    escaped."""
+    rows = as_rows()
+    header = list(rows[0])
+
+    def cell(key: str, value) -> str:
+        text = str(value).replace("|", "\\|")
+        return f"`{text}`" if key in ("name", "read as") and text != "-" else text
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(h, r[h]) for h in header) + " |" for r in rows]
+    return "\n".join(lines)
