@@ -68,55 +68,32 @@ from rl_lab.toolkits.collapse import (
     moving_average,
 )
 from rl_lab.tools.diagnose_advice import advise
-from rl_lab.tools.diagnose_findings import EXIT_CODES, Diagnosis, Finding, Override
+from rl_lab.tools.diagnose_findings import (
+    EARLY,
+    EXIT_CODES,
+    K3_BUG,
+    K3_WARN,
+    LR_WARMUP_GAP,
+    MONITORS,
+    RISE,
+    Diagnosis,
+    Finding,
+    Override,
+    mismatch_series,
+    records_for,
+    spacing,
+)
 from rl_lab.tools.diagnose_output import figure, plot, report
 from rl_lab.tools.diagnose_readers import finite as _finite
 from rl_lab.tools.diagnose_readers import load_run, parse_map
 from rl_lab.tools.diagnose_setup import read_run_setup, read_setup, read_verl_setup, setup_findings
-from rl_lab.tools.metric_names import K3, LOGP_ABS, MISMATCH_KL, k3_from_logp_abs
+from rl_lab.tools.metric_names import K3
 
 __all__ = ["diagnose", "load_run", "report", "figure", "plot", "watch", "read_verl_setup", "read_setup",
            "setup_findings", "K3", "K3_WARN", "K3_BUG", "EXIT_CODES", "Diagnosis", "Finding",
            "Override"]
 
-K3_BUG = 5e-2
-"""k3 per token at the first logged step at or above which the engines must disagree on more than precision."""
-K3_WARN = 1e-2
-"""k3 per token (early level) from which a run is off-policy from the start (the post's warning sign)."""
-RISE = 3.0
-"""A monitor rises when its smoothed value reaches RISE x its early level."""
-EARLY = (1, 20)
-"""Steps after the first logged one, [start, stop), whose median is a monitor's early level."""
-LR_WARMUP_GAP = 2 * WINDOW
-"""A warmup 'ends at the fall' when the learning rate's peak is at most this many steps before the
-fall step (the fall step lags the drop by up to a WINDOW-step moving average)."""
-
-MONITORS = {            # rl_lab name: what it is (shown in the timeline)
-    K3: "mismatch KL (k3, per token)",
-    MISMATCH_KL: "mismatch KL (the library's estimator)",
-    LOGP_ABS: "mean |log-ratio| per token",
-    "rollout_corr/log_ppl_abs_diff": "|log-perplexity gap|",
-    "rollout_corr/training_ppl": "trainer perplexity of the sampled text",
-    "rollout_corr/chi2_token": "chi^2 per token",
-    "rollout_corr/rollout_is_eff_sample_size": "effective sample size",
-    "training/rollout_probs_diff_mean": "mean |p_trainer - p_sampler| (verl; probability space)",
-    "grad_norm": "gradient norm",
-    "entropy": "entropy",
-    "completions/mean_length": "mean completion length",
-}
-
-
 # ----------------------------------------------------------------------------------- analysis
-def _spacing(steps: np.ndarray) -> int:
-    """Steps between logged records (the median gap; 1 for a run logged every step)."""
-    return max(1, int(np.median(np.diff(steps)))) if len(steps) > 1 else 1
-
-
-def _records(n_steps: int, spacing: int) -> int:
-    """Records that cover n_steps steps (at least one)."""
-    return max(1, int(round(n_steps / spacing)))
-
-
 def early_level(values: np.ndarray, steps: np.ndarray | None = None) -> float:
     """Median of the values logged EARLY steps after the first (positions, without `steps`)."""
     if steps is None:
@@ -139,21 +116,6 @@ def rise_step(values: np.ndarray, steps: np.ndarray, level: float, floor: float 
     with np.errstate(invalid="ignore"):
         hit = np.nonzero(smooth >= line)[0]
     return int(steps[hit[0] + window - 1]) if len(hit) else None
-
-
-def mismatch_series(df):
-    """(per-token k3 series, how it was obtained) from the best mismatch metric logged, or None."""
-    k3 = _finite(df, K3)
-    if k3 is not None:
-        return k3, "k3 logged (rollout_corr/k3_kl)"
-    kl = _finite(df, MISMATCH_KL)
-    if kl is not None:
-        return kl, "a per-token mismatch KL logged by the library, read as k3"
-    logp = _finite(df, LOGP_ABS)
-    if logp is not None:
-        return k3_from_logp_abs(logp), ("k3 from the mean |log-ratio| (e.g. TRL's sampling/sampling_logp_difference/"
-                                        "mean) by k3 ~ (pi/4) E|d|^2, a normal approximation")
-    return None
 
 
 def _on_policy(df, setup: dict) -> str | None:
@@ -214,16 +176,16 @@ def diagnose(df, setup: dict | None = None) -> Diagnosis:
                           f"`critic/rewards/mean`, rl_lab's `reward` (with or without `train/`); found: "
                           f"{', '.join(map(str, found[:60])) or 'none'}. Name yours with --map reward=COLUMN")
     steps = df["step"].to_numpy()
-    spacing = _spacing(steps)
-    window = _records(WINDOW, spacing)
+    gap = spacing(steps)
+    window = records_for(WINDOW, gap)
     d = Diagnosis(verdict="healthy", cause=None, steps=int(steps[-1]), records=len(df),
                   source=df.attrs.get("source", ""), framework=_framework(df, setup),
                   warnings=list(df.attrs.get("warnings", [])), setup=setup)
-    if spacing > 1:
-        d.warnings.append(f"one record every {spacing} steps: the {WINDOW}-step window is {window} records")
+    if gap > 1:
+        d.warnings.append(f"one record every {gap} steps: the {WINDOW}-step window is {window} records")
     d.missing = [c for c in (K3, "grad_norm", "entropy", "learning_rate") if _finite(df, c) is None
                  and not (c == K3 and (mismatch_series(df) is not None or _on_policy(df, setup)))]
-    if int(steps[-1]) - int(steps[0]) + spacing < WINDOW or len(df) < window:
+    if int(steps[-1]) - int(steps[0]) + gap < WINDOW or len(df) < window:
         d.verdict = "too-short"
         d.findings.append(Finding(
             "too short to judge", f"the run spans steps {int(steps[0])}-{int(steps[-1])} ({len(df)} records), "
@@ -237,7 +199,7 @@ def diagnose(df, setup: dict | None = None) -> Diagnosis:
         d.overrides, d.already_set = advise(d, df)
         return d
     d.findings += setup_findings(setup)
-    _collapse_rules(df, d, steps, window, spacing)
+    _collapse_rules(df, d, steps, window, gap)
     _mismatch_rules(df, d, steps, window, setup)
     if d.verdict == "healthy" and (d.cause not in (None, "blind") or "gradient blow-up" in d.timeline):
         d.verdict = "warning"
@@ -247,7 +209,7 @@ def diagnose(df, setup: dict | None = None) -> Diagnosis:
     return d
 
 
-def _collapse_rules(df, d: Diagnosis, steps, window: int, spacing: int) -> None:
+def _collapse_rules(df, d: Diagnosis, steps, window: int, gap: int) -> None:
     col = detect_collapse(df["reward"].to_numpy(dtype=float), window=window, steps=steps)
     if col["collapsed"]:
         d.verdict = "collapsed"
@@ -261,7 +223,7 @@ def _collapse_rules(df, d: Diagnosis, steps, window: int, spacing: int) -> None:
     if grad is not None:
         offset = steps - steps[0]
         early = (0, max(1, int(np.sum(offset < GRAD_EARLY[1]))))
-        blow = detect_grad_blowup(grad, early=early, patience=_records(GRAD_PATIENCE, spacing), steps=steps)
+        blow = detect_grad_blowup(grad, early=early, patience=records_for(GRAD_PATIENCE, gap), steps=steps)
         if blow["blowup"]:
             d.timeline["gradient blow-up"] = blow["step"]
             d.findings.append(Finding(

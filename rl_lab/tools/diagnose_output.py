@@ -13,7 +13,7 @@ import numpy as np
 
 from rl_lab.toolkits.collapse import WINDOW, moving_average
 from rl_lab.tools.diagnose_advice import LANGUAGE
-from rl_lab.tools.diagnose_findings import Diagnosis
+from rl_lab.tools.diagnose_findings import EARLY, K3_WARN, MONITORS, Diagnosis, mismatch_series, records_for, spacing
 from rl_lab.tools.diagnose_readers import finite
 from rl_lab.tools.metric_names import K3
 
@@ -23,7 +23,6 @@ ROUNDING = 1e-6
 
 def report(d: Diagnosis) -> str:
     """One screen: verdict, evidence, timeline, findings with their evidence, advice."""
-    from rl_lab.tools.diagnose import EARLY, MONITORS
     lines = [f"rl-lab diagnose: {d.source} (up to step {d.steps}, {d.records} records)",
              f"verdict: {d.verdict.upper()}" + (f"  cause: {d.cause}" if d.cause else "")]
     if d.mismatch_evidence:
@@ -69,7 +68,6 @@ def plot(df, d: Diagnosis, path: str | Path) -> Path:
 
 def _panels(df) -> list[tuple]:
     """(column, label, log axis) for what the run logged."""
-    from rl_lab.tools.diagnose import mismatch_series
     panels = [("reward", "reward", False)]
     if mismatch_series(df) is not None:
         panels.append(("__k3__", "mismatch k3 per token", True))
@@ -82,8 +80,7 @@ def _panels(df) -> list[tuple]:
 
 def _series(df, name: str) -> np.ndarray:
     if name == "__k3__":
-        from rl_lab.tools.diagnose import mismatch_series
-        return np.asarray(mismatch_series(df)[0], dtype=float)
+            return np.asarray(mismatch_series(df)[0], dtype=float)
     return df[name].to_numpy(dtype=float)
 
 
@@ -101,9 +98,8 @@ def figure(df, d: Diagnosis):
     peak marked, each line named in a legend beside its panel."""
     import matplotlib.pyplot as plt
 
-    from rl_lab.tools.diagnose import K3_WARN, _records, _spacing
     steps = df["step"].to_numpy()
-    window = _records(WINDOW, _spacing(steps))
+    window = records_for(WINDOW, spacing(steps))
     panels = _panels(df)
     fig, axes = plt.subplots(len(panels), 1, figsize=(8.5, 1.9 * len(panels) + 0.6), sharex=True, squeeze=False)
     for ax, (name, label, log) in zip(axes[:, 0], panels):
