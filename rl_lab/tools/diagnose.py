@@ -1,329 +1,216 @@
 """`rl-lab diagnose RUN`: read a finished (or running) RL run's metrics and say what happened, how
-sure the book is, and which verl 0.9.1 overrides to try.
+sure the book is, and what to change, in the run's own framework (TRL 1.16 arguments, verl 0.9.1
+overrides or RLConfig fields).
 
-    rl-lab diagnose runs/my_run                 # an rl_lab run folder (its metrics.jsonl)
+    rl-lab diagnose trl_output/                 # a TRL output folder (its newest trainer_state.json)
+    rl-lab diagnose runs/my_run                 # an rl_lab run folder (metrics.jsonl, config.yaml)
     rl-lab diagnose verl_metrics.jsonl          # verl's file logger, or its console log
     rl-lab diagnose wandb_export.csv --json     # a W&B CSV export or flat JSONL; JSON on stdout
+    rl-lab diagnose console.log --logging-steps 10   # TRL's printed log dicts
+    rl-lab diagnose RUN --map reward=my/reward  # a column the tool does not know
     rl-lab diagnose RUN --plot diagnosis.png    # the annotated figure
     rl-lab diagnose RUN --watch                 # follow a live run: a line whenever the verdict changes
-    rl-lab diagnose RUN --config config.yaml    # also read verl's Hydra config (or an overrides file)
+    rl-lab diagnose RUN --config config.yaml    # the run's settings: verl's or rl_lab's config.yaml,
+                                                # TRL's training_args.bin (never unpickled)
 
-Exit codes: 0 healthy, 1 collapsed, 3 a warning (not collapsed, but a monitor says the setup is at
-risk), 2 unreadable input.  With `--watch` the command re-reads the run every few seconds, prints a
-line when the verdict or its cause changes, and exits with the full report at a collapse (1); on
-Ctrl-C (or after `--watch-polls`) it exits with the last verdict's code.
+Exit codes (EXIT_CODES): 0 healthy, 1 collapsed, 3 a warning (not collapsed, but a monitor says the
+setup is at risk), 4 too short to judge (the run spans fewer steps than the WINDOW-step window),
+2 unreadable input or options, 70 an internal error of the tool (a bug: please report it).  With
+`--watch` the command re-reads the run every few seconds, prints a line when the verdict or its
+cause changes, and exits with the full report at a collapse (1); on Ctrl-C (or after
+`--watch-polls`) it exits with the last verdict's code.
 
 The rules, fixed before the tool was evaluated on any run (research/diagnose/NOTES.md); every
-threshold comes from a source, not from fitting:
+threshold comes from a source, not from fitting.  Every window is in *steps* (the run's own step
+numbers): with TRL's logging_steps=10 a 20-step window is two records.
 
 * **Collapse** and **gradient blow-up**: `rl_lab.toolkits.collapse` (the stability map's criteria:
   the 20-step moving average of the reward falls below half its running peak and never climbs back
-  to 0.8 of it; the gradient norm stays above 10x its early median for 5 steps).
-* **The mismatch KL** `rollout_corr/k3_kl` (the post's `vllm-kl`), per token:
-  - its *first* logged value, before any update, when sampler and trainer hold the same weights
-    and only precision separates them: at or above K3_BUG the two engines compute different
-    distributions (a temperature, top-p/top-k or chat template the trainer does not apply, a
-    weight-sync bug): **suspect a bug**;
-  - its *early level*, the median over positions EARLY: at or above K3_WARN (the post: 1e-2 and
-    more made training infeasible on A100s; L20s trained at 1e-3 to 1e-2) the run is off-policy
-    from the start: **mismatch level**;
+  to 0.8 of it; the gradient norm stays above 10x its early median for 5 steps).  A run spanning
+  fewer than WINDOW steps is **too short to judge**.
+* **The mismatch KL** `rollout_corr/k3_kl` (the post's `vllm-kl`), per token, or a library's
+  equivalent (rl_lab.tools.metric_names: a per-token KL is read as k3; a mean |log-ratio|, e.g.
+  TRL's `sampling/sampling_logp_difference/mean`, is converted by k3 ~ (pi/4) E|d|^2):
+  - its *first* logged value, before any update, at or above K3_BUG: **suspect a bug**;
+  - its *early level*, the median over steps EARLY after the first: at or above K3_WARN (the post:
+    1e-2 and more made training infeasible on A100s): **mismatch level**;
   - a *rise*: the first step at which its WINDOW-step trailing mean reaches max(RISE x early level,
     K3_WARN). Before the fall: **mismatch-led**.
-* A collapsed run whose k3 was low and did not rise before the fall: **not the mismatch** (look at
-  the learning rate, the reward, the data). No k3 logged: **blind**.
+* **On-policy**: a run with no separate sampler (TRL without vLLM: `use_vllm=False` in its
+  arguments, or, when they cannot be read, no `sampling/*` metrics) has no mismatch to measure.
+* **Learning rate**: a collapse with the mismatch excluded (low k3, or on-policy) or not measured,
+  where the logged learning rate rose in the WINDOW steps before the fall, or reached its peak (the
+  end of a warmup) at most LR_WARMUP_GAP steps before it: **learning-rate**.  Else a collapse whose
+  k3 was low and did not rise: **not the mismatch**; no mismatch metric at all: **blind** (the
+  evidence is missing, which is not a cause: the report says so apart from the verdict).
 * A run that did not collapse gets a **warning** (exit 3) for a suspected bug, a mismatch level, a
   rise, or a gradient blow-up; else it is **healthy**.
 
 How far this transfers: the thresholds are the post's, measured on 1.5B–7B models in bf16; the
-map that the chapters report (book/ch_when_speed_kills.md) is a 0.3M model on a CPU, where the
-mismatch came from a stale sampler. On the map a high early k3 marked a setup that collapsed at a
-learning rate where a fresh sampler did not; k3 did not rise before the fall, and the gradient
-norm gave no warning. The overrides are ranked by the map's evidence where it has any, and say so.
+map that the chapters report (book/ch_when_speed_kills.md) is a 0.3M model on a CPU.
 """
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
-import math
 import sys
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from rl_lab.errors import ConfigError
-from rl_lab.toolkits.collapse import WINDOW, detect_collapse, detect_grad_blowup, moving_average
+from rl_lab.toolkits.collapse import (
+    GRAD_EARLY,
+    GRAD_PATIENCE,
+    WINDOW,
+    detect_collapse,
+    detect_grad_blowup,
+    moving_average,
+)
+from rl_lab.tools.diagnose_advice import advise
+from rl_lab.tools.diagnose_findings import (
+    EARLY,
+    EXIT_CODES,
+    K3_BUG,
+    K3_WARN,
+    LR_WARMUP_GAP,
+    MONITORS,
+    RISE,
+    Diagnosis,
+    Finding,
+    Override,
+    mismatch_series,
+    records_for,
+    spacing,
+)
+from rl_lab.tools.diagnose_output import figure, plot, report
+from rl_lab.tools.diagnose_readers import finite as _finite
+from rl_lab.tools.diagnose_readers import load_run, parse_map
+from rl_lab.tools.diagnose_setup import read_run_setup, read_setup, read_verl_setup, setup_findings
+from rl_lab.tools.metric_names import K3
 
-K3_BUG = 5e-2
-"""k3 per token at the first logged step at or above which the engines must disagree on more than precision."""
-K3_WARN = 1e-2
-"""k3 per token (early level) from which a run is off-policy from the start (the post's warning sign)."""
-RISE = 3.0
-"""A monitor rises when its smoothed value reaches RISE x its early level."""
-EARLY = (1, 20)
-"""Positions [start, stop) whose median is a monitor's early level (position 0: the first step)."""
-
-K3 = "rollout_corr/k3_kl"
-MONITORS = {            # rl_lab name: what it is (shown in the timeline)
-    K3: "mismatch KL (k3, per token)",
-    "rollout_corr/log_ppl_abs_diff": "|log-perplexity gap|",
-    "rollout_corr/training_ppl": "trainer perplexity of the sampled text",
-    "rollout_corr/chi2_token": "chi^2 per token",
-    "rollout_corr/rollout_is_eff_sample_size": "effective sample size",
-    "training/rollout_probs_diff_mean": "mean |p_trainer - p_sampler| (verl)",
-    "grad_norm": "gradient norm",
-    "entropy": "entropy",
-    "completions/mean_length": "mean completion length",
-}
-STEP_COLUMNS = ("step", "_step", "Step", "training/global_step", "global_step", "trainer/global_step")
-EXTRA_NAMES = {"critic/rewards/mean": "reward",          # a fallback when critic/score/mean is absent
-               "actor/entropy_loss": "entropy"}         # older verl (May 2025 still) logged the mean entropy so
-
-
-# ----------------------------------------------------------------------------------- reading
-def _verl_names() -> dict:
-    from rl_lab.integrations.verl import VERL_TO_RL_LAB_METRICS
-    return VERL_TO_RL_LAB_METRICS
-
-
-def _rename(columns: list[str]) -> dict:
-    """Column -> rl_lab name: verl's names translated, W&B's '<run> - ' prefix dropped."""
-    verl = _verl_names()
-    out = {}
-    for col in columns:
-        name = col.split(" - ", 1)[1] if " - " in col else col
-        out[col] = verl.get(name, name)
-    for col, name in list(out.items()):
-        if name in EXTRA_NAMES and EXTRA_NAMES[name] not in out.values():
-            out[col] = EXTRA_NAMES[name]
-    return out
-
-
-def _frame(rows: list[dict], source: str):
-    import pandas as pd
-
-    df = pd.DataFrame(rows)
-    df = df.rename(columns=_rename(list(df.columns)))
-    df = df.loc[:, ~df.columns.duplicated()]
-    step = next((c for c in STEP_COLUMNS if c in df.columns), None)
-    df["step"] = pd.to_numeric(df[step], errors="coerce") if step else np.arange(1, len(df) + 1)
-    df = df[df["step"].notna()]
-    numeric = {c: pd.to_numeric(df[c], errors="coerce") for c in df.columns}
-    df = pd.DataFrame(numeric).groupby("step", as_index=False).last().sort_values("step").reset_index(drop=True)
-    df.attrs["source"] = source
-    return df
-
-
-def load_run(path: str | Path):
-    """A run's per-step metrics under rl_lab's names, from any of the supported inputs (module
-    docstring).  Raises ConfigError with what was expected when the input is none of them."""
-    p = Path(path)
-    if p.is_dir():
-        if not (p / "metrics.jsonl").exists():
-            raise ConfigError(f"{p} is a folder without metrics.jsonl: pass an rl_lab run folder, or a file "
-                              "(verl's file-logger JSONL, its console log, flat JSONL or a W&B CSV export)")
-        from rl_lab.utils import read_metrics
-        return _frame(read_metrics(p / "metrics.jsonl").to_dict("records"), f"rl_lab run folder {p}")
-    if not p.exists():
-        raise ConfigError(f"{p}: no such file or folder")
-    text = p.read_text(errors="replace")
-    if p.suffix.lower() == ".csv":
-        rows = list(csv.DictReader(io.StringIO(text)))
-        rows = [{k: v for k, v in row.items() if k and not k.endswith(("__MIN", "__MAX"))} for row in rows]
-        return _frame(rows, f"CSV {p.name}")
-    first = next((line for line in text.splitlines() if line.strip()), "")
-    if first.lstrip().startswith("{"):
-        try:
-            row = json.loads(first)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{p}: the first line is not JSON ({e})") from None
-        if isinstance(row, dict) and "data" in row and "step" in row:
-            return _verl_frame(p)
-        rows = []
-        for number, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    break                              # a torn last line of a live log
-        return _frame(rows, f"flat JSONL {p.name}")
-    return _verl_frame(p)
-
-
-def _verl_frame(p: Path):
-    from rl_lab.integrations.verl import read_verl_records
-    rows = [{"step": step, **data} for step, data in read_verl_records(p)]
-    return _frame(rows, f"verl log {p.name}")
-
-
-# ----------------------------------------------------------------------------------- verl's config
-_A, _R, _C = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "algorithm.rollout_correction"
-
-
-def read_verl_setup(path) -> dict:
-    """What the diagnosis needs from a verl run's configuration: Hydra's saved `config.yaml`
-    (nested), or a file of `key=value` overrides / flat dotted keys.  Missing keys get verl
-    0.9.1's defaults where the rules need one.  Raises ConfigError if nothing readable is found."""
-    import yaml
-
-    from rl_lab.integrations.verl import flatten
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"--config {p}: no such file (pass verl's Hydra config.yaml or an overrides file)")
-    text = p.read_text(errors="replace")
-    flat: dict = {}
-    try:
-        loaded = yaml.safe_load(text)
-    except yaml.YAMLError:
-        loaded = None
-    if isinstance(loaded, dict):
-        flat = flatten(loaded)
-    else:                                           # key=value lines (a command line's overrides)
-        for word in text.replace("\\\n", " ").split():
-            if "=" in word and not word.startswith("-"):
-                key, value = word.split("=", 1)
-                flat[key.lstrip("+")] = yaml.safe_load(value) if value else None
-    if not any(k.startswith(("actor_rollout_ref.", "algorithm.", "data.")) for k in flat):
-        raise ConfigError(f"--config {p}: no verl keys (actor_rollout_ref.*, algorithm.*, data.*) found")
-
-    def get(key, default=None):
-        value = flat.get(key, default)
-        return default if value is None else value
-    batch, mini = get("data.train_batch_size"), get(f"{_A}.ppo_mini_batch_size")
-    epochs = get(f"{_A}.ppo_epochs", 1)
-    steps = int(batch // mini * epochs) if batch and mini else None
-    return {"optimizer_steps_per_batch": steps, "train_batch_size": batch, "ppo_mini_batch_size": mini,
-            "ppo_epochs": epochs, "lr": get(f"{_A}.optim.lr"), "rollout_dtype": get(f"{_R}.dtype", "bfloat16"),
-            "temperature": float(get(f"{_R}.temperature", 1.0)), "top_p": float(get(f"{_R}.top_p", 1.0)),
-            "top_k": int(get(f"{_R}.top_k", -1)), "rollout_is": get(f"{_C}.rollout_is"),
-            "rollout_rs": get(f"{_C}.rollout_rs"), "rollout_rs_threshold": get(f"{_C}.rollout_rs_threshold"),
-            "bypass_mode": bool(get(f"{_C}.bypass_mode", False)), "source": str(p)}
-
-
-def setup_findings(setup: dict) -> list:
-    """Findings about the configuration itself, each with its evidence (module docstring)."""
-    out = []
-    k = setup.get("optimizer_steps_per_batch")
-    if k and k > 1:
-        out.append(Finding(
-            "several optimizer steps per batch",
-            f"train_batch_size / ppo_mini_batch_size x ppo_epochs = {setup['train_batch_size']} / "
-            f"{setup['ppo_mini_batch_size']} x {setup['ppo_epochs']} = {k}: from the second step on, the "
-            f"data is up to {k - 1} optimizer step(s) older than the policy",
-            "the stability map: a sampler 2-4 steps stale collapsed runs at a learning rate a fresh one "
-            "survived, and bypass PPO-clip held (book/ch_when_speed_kills.md)",
-            "medium: measured on a 0.3M model on a CPU; the mechanism (stale data) is the same at scale"))
-    if setup.get("bypass_mode") and setup.get("rollout_is"):
-        out.append(Finding(
-            "weights computed, never applied",
-            f"bypass_mode=true with rollout_is={setup['rollout_is']!r}",
-            "verl 0.9.1: bypass PPO-clip computes the IS weights for its metrics and never applies "
-            "them; the clip against the sampler is the correction (book/ch05_rollout_correction.md, "
-            "surprise (d))", "high: read from verl's code"))
-    tempered = setup.get("temperature", 1.0) != 1.0
-    truncated = setup.get("top_p", 1.0) < 1.0 or setup.get("top_k", -1) > 0
-    if tempered or truncated:
-        out.append(Finding(
-            "a tempered or truncated sampler",
-            f"temperature={setup['temperature']:g}, top_p={setup['top_p']:g}, top_k={setup['top_k']}",
-            "k3 reads low under top-p/top-k by the mass the sampler cuts off (book/ch05, surprise (b)); "
-            "a temperature the trainer does not apply to its own log-probs gives ratios far from 1 "
-            "from step 1 (check that the actor scores at the same temperature)",
-            "high for the estimator's bias; check your trainer for the temperature"))
-    rs, th = setup.get("rollout_rs"), setup.get("rollout_rs_threshold")
-    if rs and th:
-        for option, band in zip(str(rs).split(","), str(th).split(",")):
-            if option.strip().endswith("_k1") and "_" in band:
-                lo, hi = (float(x) for x in band.split("_"))
-                if abs(lo * hi - 1) > 1e-6:
-                    out.append(Finding(
-                        "a k1 rejection band that is not reciprocal",
-                        f"{option.strip()} with threshold {band!r}: verl keeps ratios in "
-                        f"[{1 / hi:.3g}, {1 / lo:.3g}], not [{lo:g}, {hi:g}]",
-                        "verl 0.9.1's k1 statistic is -log(rho), so its band is mirrored "
-                        "(book/ch04_masking_trust_regions.md)", "high: read from verl's code"))
-    return out
-
+__all__ = ["diagnose", "load_run", "report", "figure", "plot", "watch", "read_verl_setup", "read_setup",
+           "setup_findings", "K3", "K3_WARN", "K3_BUG", "EXIT_CODES", "Diagnosis", "Finding",
+           "Override"]
 
 # ----------------------------------------------------------------------------------- analysis
-@dataclass
-class Finding:
-    rule: str            # which rule fired
-    observed: str        # what the run showed, with step numbers
-    evidence: str        # where the rule comes from
-    confidence: str      # high / medium / low, and why
-
-
-@dataclass
-class Override:
-    lines: str           # verl 0.9.1 overrides (key=value ...)
-    why: str
-    evidence: str
-
-
-@dataclass
-class Diagnosis:
-    verdict: str                         # healthy | warning | collapsed
-    cause: str | None                    # suspect-bug | mismatch-level | mismatch-led | not-the-mismatch | blind
-    steps: int
-    source: str
-    timeline: dict = field(default_factory=dict)    # event -> step
-    levels: dict = field(default_factory=dict)      # monitor -> early level
-    findings: list = field(default_factory=list)
-    overrides: list = field(default_factory=list)
-    missing: list = field(default_factory=list)     # expected columns the input lacks
-    setup: dict = field(default_factory=dict)       # what --config read from verl's configuration
-
-    @property
-    def exit_code(self) -> int:
-        return {"healthy": 0, "collapsed": 1, "warning": 3}[self.verdict]
-
-    def to_json(self) -> dict:
-        out = asdict(self)
-        out["exit_code"] = self.exit_code
-        return out
-
-
-def _finite(df, column) -> np.ndarray | None:
-    if column not in df.columns:
-        return None
-    values = df[column].to_numpy(dtype=float)
-    return values if np.isfinite(values).any() else None
-
-
-def early_level(values: np.ndarray) -> float:
-    head = values[EARLY[0]:EARLY[1]]
+def early_level(values: np.ndarray, steps: np.ndarray | None = None) -> float:
+    """Median of the values logged EARLY steps after the first (positions, without `steps`)."""
+    if steps is None:
+        head = values[EARLY[0]:EARLY[1]]
+    else:
+        offset = steps - steps[0]
+        head = values[(offset >= EARLY[0]) & (offset < EARLY[1])]
     head = head[np.isfinite(head)]
     return float(np.median(head)) if len(head) else float("nan")
 
 
-def rise_step(values: np.ndarray, steps: np.ndarray, level: float, floor: float = 0.0):
-    """First step at which the WINDOW-step trailing mean reaches max(RISE x level, floor), or None."""
-    if not np.isfinite(level) or len(values) < WINDOW:
+def rise_step(values: np.ndarray, steps: np.ndarray, level: float, floor: float = 0.0, window: int = WINDOW):
+    """First step at which the `window`-record trailing mean reaches max(RISE x level, floor), or None."""
+    if not np.isfinite(level) or len(values) < window:
         return None
-    smooth = moving_average(np.where(np.isfinite(values), values, np.nan), WINDOW)
+    smooth = moving_average(np.where(np.isfinite(values), values, np.nan), window)
     line = max(RISE * level, floor)
     if line <= 0:
         return None
     with np.errstate(invalid="ignore"):
         hit = np.nonzero(smooth >= line)[0]
-    return int(steps[hit[0] + WINDOW - 1]) if len(hit) else None
+    return int(steps[hit[0] + window - 1]) if len(hit) else None
+
+
+def _on_policy(df, setup: dict) -> str | None:
+    """Why the run has no separate sampler, or None when it may have one."""
+    if setup.get("separate_sampler") is False:
+        if setup.get("framework") == "trl":
+            return "on-policy: use_vllm=False in the run's arguments, so TRL samples with the trainer itself"
+        return "on-policy: the run's settings have no separate or stale sampler"
+    if (df.attrs.get("framework") == "trl" and setup.get("separate_sampler") is None
+            and not any(str(c).startswith("sampling/") for c in df.attrs.get("columns_found", []))):
+        return ("on-policy (assumed): no sampling/* metrics, which TRL logs whenever vLLM samples with its "
+                "default correction; TRL without vLLM samples with the trainer itself")
+    return None
+
+
+def _framework(df, setup: dict) -> str:
+    if setup.get("framework"):
+        return setup["framework"]
+    if df.attrs.get("framework"):
+        return df.attrs["framework"]
+    found = [str(c).split(" - ", 1)[-1] for c in df.attrs.get("columns_found", [])]
+    if any(c.startswith(("critic/", "actor/", "training/")) for c in found):
+        return "verl"
+    if any(c.removeprefix("train/") in ("frac_reward_zero_std", "reward_std", "clip_ratio/region_mean")
+           or c.removeprefix("train/").startswith("sampling/") for c in found):
+        return "trl"
+    return "unknown"
+
+
+def learning_rate_cause(df, fall) -> str | None:
+    """What the logged learning rate did before the fall, if it points at the step size."""
+    lr = _finite(df, "learning_rate")
+    if lr is None or fall is None:
+        return None
+    steps = df["step"].to_numpy()
+    ok = np.isfinite(lr)
+    lr, steps = lr[ok], steps[ok]
+    at = lr[steps <= fall]
+    before = lr[steps <= fall - WINDOW]
+    if len(at) and len(before) and at[-1] > 1.01 * before[-1]:
+        return (f"the learning rate rose from {before[-1]:.3g} (step {int(steps[steps <= fall - WINDOW][-1])}) "
+                f"to {at[-1]:.3g} in the {WINDOW} steps before the fall at step {fall}")
+    top = float(lr.max())
+    peak = int(steps[np.argmax(lr >= top)])
+    if lr[0] < 0.9 * top and 0 <= fall - peak <= LR_WARMUP_GAP:
+        return (f"a warmup ended at step {peak} (learning rate {lr[0]:.3g} -> {top:.3g}), {fall - peak} steps "
+                f"before the fall at step {fall}")
+    return None
 
 
 def diagnose(df, setup: dict | None = None) -> Diagnosis:
     """Apply the rules of the module docstring to a run's metrics (a DataFrame with `step`); with
-    `setup` (read_verl_setup) also the findings about verl's configuration."""
+    `setup` (diagnose_setup.read_setup) also the findings about the run's configuration."""
+    setup = dict(setup or {})
     if "reward" not in df.columns or _finite(df, "reward") is None:
-        raise ConfigError("no reward column: expected rl_lab's `reward`, verl's `critic/score/mean` or "
-                          "`critic/rewards/mean`; without a reward there is no collapse to diagnose")
+        found = df.attrs.get("columns_found") or [c for c in df.columns if c != "step"]
+        raise ConfigError("no reward column: expected TRL's `reward`, verl's `critic/score/mean` or "
+                          f"`critic/rewards/mean`, rl_lab's `reward` (with or without `train/`); found: "
+                          f"{', '.join(map(str, found[:60])) or 'none'}. Name yours with --map reward=COLUMN")
     steps = df["step"].to_numpy()
-    missing = [c for c in (K3, "grad_norm", "entropy", "rollout_corr/training_ppl") if _finite(df, c) is None]
-    d = Diagnosis(verdict="healthy", cause=None, steps=len(df), source=df.attrs.get("source", ""),
-                  missing=missing, setup=dict(setup or {}))
-    d.findings += setup_findings(setup or {})
-    col = detect_collapse(df["reward"].to_numpy(dtype=float), steps=steps)
+    gap = spacing(steps)
+    window = records_for(WINDOW, gap)
+    d = Diagnosis(verdict="healthy", cause=None, steps=int(steps[-1]), records=len(df),
+                  source=df.attrs.get("source", ""), framework=_framework(df, setup),
+                  warnings=list(df.attrs.get("warnings", [])), setup=setup)
+    if gap > 1:
+        d.warnings.append(f"one record every {gap} steps: the {WINDOW}-step window is {window} records")
+    d.missing = [c for c in (K3, "grad_norm", "entropy", "learning_rate") if _finite(df, c) is None
+                 and not (c == K3 and (mismatch_series(df) is not None or _on_policy(df, setup)))]
+    if int(steps[-1]) - int(steps[0]) + gap < WINDOW or len(df) < window:
+        d.verdict = "too-short"
+        d.findings.append(Finding(
+            "too short to judge", f"the run spans steps {int(steps[0])}-{int(steps[-1])} ({len(df)} records), "
+            f"less than the {WINDOW}-step window of the collapse criterion", "rl_lab.toolkits.collapse",
+            "high: nothing is judged yet; run it again later (or use --watch)"))
+        found = mismatch_series(df)              # a wrong first step needs no window
+        if found is not None and np.isfinite(found[0]).any() and found[0][np.isfinite(found[0])][0] >= K3_BUG:
+            _k3_rules(d, found, steps, window, None)
+            d.verdict = "warning"
+        d.findings += setup_findings(setup)
+        d.overrides, d.already_set = advise(d, df)
+        return d
+    d.findings += setup_findings(setup)
+    _collapse_rules(df, d, steps, window, gap)
+    _mismatch_rules(df, d, steps, window, setup)
+    if d.verdict == "healthy" and (d.cause not in (None, "blind") or "gradient blow-up" in d.timeline):
+        d.verdict = "warning"
+    if d.verdict == "healthy":
+        d.cause = None
+    d.overrides, d.already_set = advise(d, df)
+    return d
+
+
+def _collapse_rules(df, d: Diagnosis, steps, window: int, gap: int) -> None:
+    col = detect_collapse(df["reward"].to_numpy(dtype=float), window=window, steps=steps)
     if col["collapsed"]:
         d.verdict = "collapsed"
         d.timeline["reward peak"] = col["peak_step"]
@@ -334,188 +221,113 @@ def diagnose(df, setup: dict | None = None) -> Diagnosis:
             "the stability map's criterion (rl_lab.toolkits.collapse)", "high: a fixed criterion on the logged reward"))
     grad = _finite(df, "grad_norm")
     if grad is not None:
-        blow = detect_grad_blowup(grad, steps=steps)
+        offset = steps - steps[0]
+        early = (0, max(1, int(np.sum(offset < GRAD_EARLY[1]))))
+        blow = detect_grad_blowup(grad, early=early, patience=records_for(GRAD_PATIENCE, gap), steps=steps)
         if blow["blowup"]:
             d.timeline["gradient blow-up"] = blow["step"]
             d.findings.append(Finding(
                 "gradient blow-up", f"the gradient norm stayed above 10x its early median ({blow['baseline']:.3g}) "
                 f"from step {blow['step']}", "the stability map's criterion", "high"))
+
+
+def _mismatch_rules(df, d: Diagnosis, steps, window: int, setup: dict) -> None:
     for name in MONITORS:
         values = _finite(df, name)
         if values is None:
             continue
-        level = early_level(values)
-        d.levels[name] = level
+        d.levels[name] = early_level(values, steps)
         if name != "grad_norm":
-            rise = rise_step(values, steps, level, floor=K3_WARN if name == K3 else 0.0)
+            rise = rise_step(values, steps, d.levels[name], floor=K3_WARN if name == K3 else 0.0, window=window)
             if rise is not None:
                 d.timeline[f"{name} rises"] = rise
-    k3 = _finite(df, K3)
-    fall = col["fall_step"]
-    if k3 is None:
-        d.cause = "blind" if d.verdict == "collapsed" else None
-        d.findings.append(Finding(
-            "blind", f"no {K3} logged: the mismatch cannot be seen",
-            "verl logs rollout_corr/* when algorithm.rollout_correction is set and "
-            "actor_rollout_ref.rollout.calculate_log_probs=true", "high"))
+    fall = d.timeline.get("reward fall")
+    lr_why = learning_rate_cause(df, fall) if d.verdict == "collapsed" else None
+    found = mismatch_series(df)
+    on_policy = _on_policy(df, setup)
+    if found is None:
+        d.mismatch_evidence = on_policy or "not logged: the mismatch cannot be seen"
+        if d.verdict == "collapsed":
+            d.cause = "learning-rate" if lr_why else ("not-the-mismatch" if on_policy else "blind")
+        if on_policy:
+            d.findings.append(Finding("on-policy", on_policy.split(": ", 1)[1], "TRL 1.16 GRPOTrainer: without vLLM the "
+                                      "completions come from the trainer's own model", "high"))
+        else:
+            d.findings.append(Finding(
+                "blind", "no k3 or equivalent logged (rl_lab.tools.metric_names lists the names read)",
+                "verl logs rollout_corr/* with algorithm.rollout_correction and calculate_log_probs=true; TRL "
+                "logs sampling/* with use_vllm and vllm_importance_sampling_correction", "high"))
     else:
-        first = float(k3[np.isfinite(k3)][0])
-        level = d.levels[K3]
-        rise = d.timeline.get(f"{K3} rises")
-        if first >= K3_BUG:
-            d.cause = "suspect-bug"
-            d.findings.append(Finding(
-                "suspect a bug", f"k3 was {first:.3g} per token at the first logged step, when sampler and trainer "
-                f"hold the same weights (precision alone gives well under {K3_BUG:g})",
-                "the post: bf16 rounding gives k3 of 1e-3 or less on H20s; a larger gap before any update "
-                "is a setting, not precision", "medium: an asynchronous first step is stale too"))
-        elif level >= K3_WARN:
-            d.cause = "mismatch-level"
-            d.findings.append(Finding(
-                "mismatch level", f"k3's early level was {level:.3g} per token (steps {EARLY[0] + 1}-{EARLY[1]}), "
-                f"at or above {K3_WARN:g}",
-                "the post: k3 of 1e-2 and more made training infeasible; the book's map: a high k3 from the first "
-                "steps marked the setups that collapsed", "medium: the threshold is the post's, at 1.5B-7B"))
-        elif rise is not None and (fall is None or rise < fall):
-            d.cause = "mismatch-led"
-            d.findings.append(Finding(
-                "mismatch-led", f"k3 rose to {RISE:g}x its early level ({level:.3g}) and past {K3_WARN:g} at step "
-                f"{rise}" + (f", {fall - rise} steps before the fall" if fall is not None else ""),
-                "the post: vllm-kl rose before the reward fell; the book's map did not see such a rise",
-                "low to medium: a rise is the post's pattern, not reproduced at this book's scale"))
-        elif d.verdict == "collapsed":
-            d.cause = "not-the-mismatch"
-            d.findings.append(Finding(
-                "not the mismatch", f"k3 stayed low (early level {level:.3g}, no rise before the fall at step {fall})",
-                "the book's map: at lr 1e-3 the fresh sampler collapsed too, with k3 at rounding level",
-                "medium: a mismatch k3 cannot see (e.g. in the router of an MoE) is not excluded"))
-    if d.verdict == "healthy" and (d.cause is not None or "gradient blow-up" in d.timeline):
-        d.verdict = "warning"
-    d.overrides = overrides_for(d)
-    return d
+        _k3_rules(d, found, steps, window, fall)
+        if d.verdict == "collapsed" and d.cause == "not-the-mismatch" and lr_why:
+            d.cause = "learning-rate"
+    if lr_why:
+        d.findings.append(Finding(
+            "learning rate", lr_why, "the book's map: at lr 1e-3 even the fresh sampler collapsed; chapter 7 "
+            "(book/ch07_lr_scheduling.md): the step size sets how far one update moves the policy",
+            "medium: a rule on the logged schedule; it does not exclude a bad batch at the same step"))
 
 
-def overrides_for(d: Diagnosis) -> list[Override]:
-    """Ranked verl 0.9.1 overrides for the diagnosed cause, each with its evidence."""
-    rc = "algorithm.rollout_correction"
-    out = []
-    if d.cause in ("mismatch-level", "mismatch-led"):
-        out += [
-            Override(f"{rc}.bypass_mode=true {rc}.loss_type=ppo_clip",
-                     "a trust region around the sampler's own policy; the only correction that held at four stale "
-                     "steps on the map. In verl 0.9.1 bypass PPO-clip ignores IS weights, and the new trainer also "
-                     "needs actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode",
-                     "book map: bypass PPO-clip 0/3 collapses at stale 4, lr 5e-4 (uncorrected 9/9)"),
-            Override(f"{rc}.rollout_is=token {rc}.rollout_is_threshold=2.0",
-                     "truncated token-level importance weights (token TIS)",
-                     "book map: kept the reward at two stale steps over nine seeds; did not prevent the collapse at "
-                     "four; verl's guide: for moderate off-policyness"),
-            Override("actor_rollout_ref.actor.optim.lr=<half of the current value>",
-                     "a smaller step shrinks the noise and the drift of the stale sampler alike",
-                     "book map: at lr 2e-4 no run collapsed at any staleness; ch07's SGA lemma"),
-        ]
-        level = d.levels.get(K3, float("nan"))
-        if math.isfinite(level) and level > 0:
-            out.append(Override(f"{rc}.rollout_rs=seq_mean_k3 {rc}.rollout_rs_threshold={3 * level:.3g}",
-                                "reject sequences whose mean k3 is 3x this run's early level",
-                                "book map: Seq-MIS collapsed 3/3 at four stale steps; use as a guard, not a fix"))
-        out.append(Override("actor_rollout_ref.rollout.dtype=float16 (and the actor's mixed precision in fp16)",
-                            "fp16 on both engines rounds less than bf16 where the values are moderate",
-                            "other posts (fp16 against the mismatch); not tested in this book"))
-    elif d.cause == "suspect-bug":
-        out += [Override("actor_rollout_ref.rollout.temperature=1.0 actor_rollout_ref.rollout.top_p=1.0 "
-                         "actor_rollout_ref.rollout.top_k=-1",
-                         "the trainer scores with the raw softmax: a sampler temperature, top-p or top-k it does not "
-                         "apply makes the ratios wrong from the first step",
-                         "verl computes old_log_prob at temperature from the rollout config; check both sides")]
-    elif d.cause == "not-the-mismatch":
-        out += [Override("actor_rollout_ref.actor.optim.lr=<half of the current value>",
-                         "the collapse came without a mismatch: the step size is the first suspect",
-                         "book map: at lr 1e-3 every run collapsed, fresh sampler included")]
-    elif d.cause == "blind":
-        out += [Override(f"{rc}.rollout_is=null {rc}.rollout_rs=null "
-                         "actor_rollout_ref.rollout.calculate_log_probs=true",
-                         "metrics only: logs rollout_corr/* (k3, log-ppl gap, chi^2) without changing the loss",
-                         "verl's rollout-correction guide: start with metrics only")]
-    if d.verdict == "collapsed":
-        warn = min((s for k, s in d.timeline.items() if k != "reward peak" and k != "reward fall"), default=None)
-        at = warn if warn is not None else d.timeline.get("reward fall")
-        out.append(Override(f"trainer.resume_mode=resume_path trainer.resume_from_path=<checkpoints>/global_step_<N> "
-                            f"(the last checkpoint before step {at})",
-                            "restart from before the first sign, with the changes above",
-                            "common practice; the steps are this run's"))
-    return out
+def _k3_rules(d: Diagnosis, found, steps, window: int, fall) -> None:
+    k3, how = found
+    d.mismatch_evidence = f"measured: {how}"
+    first = float(k3[np.isfinite(k3)][0])
+    level = early_level(k3, steps)
+    d.levels.setdefault(K3, level)
+    rise = rise_step(k3, steps, level, floor=K3_WARN, window=window)
+    if rise is not None:
+        d.timeline[f"{K3} rises"] = rise
+    if first >= K3_BUG:
+        d.cause = "suspect-bug"
+        d.findings.append(Finding(
+            "suspect a bug", f"k3 was {first:.3g} per token at the first logged step, when sampler and trainer "
+            f"hold the same weights (precision alone gives well under {K3_BUG:g}) [{how}]",
+            "the post: bf16 rounding gives k3 of 1e-3 or less on H20s; a larger gap before any update "
+            "is a setting, not precision", "medium: an asynchronous first step is stale too"))
+    elif level >= K3_WARN:
+        d.cause = "mismatch-level"
+        d.findings.append(Finding(
+            "mismatch level", f"k3's early level was {level:.3g} per token (steps {EARLY[0]}-{EARLY[1] - 1} after "
+            f"the first), at or above {K3_WARN:g} [{how}]",
+            "the post: k3 of 1e-2 and more made training infeasible; the book's map: a high k3 from the first "
+            "steps marked the setups that collapsed", "medium: the threshold is the post's, at 1.5B-7B"))
+    elif rise is not None and (fall is None or rise < fall):
+        d.cause = "mismatch-led"
+        d.findings.append(Finding(
+            "mismatch-led", f"k3 rose to {RISE:g}x its early level ({level:.3g}) and past {K3_WARN:g} at step "
+            f"{rise}" + (f", {fall - rise} steps before the fall" if fall is not None else "") + f" [{how}]",
+            "the post: vllm-kl rose before the reward fell; the book's map did not see such a rise",
+            "low to medium: a rise is the post's pattern, not reproduced at this book's scale"))
+    elif d.verdict == "collapsed":
+        d.cause = "not-the-mismatch"
+        d.findings.append(Finding(
+            "not the mismatch", f"k3 stayed low (early level {level:.3g}, no rise before the fall at step {fall})",
+            "the book's map: at lr 1e-3 the fresh sampler collapsed too, with k3 at rounding level",
+            "medium: a mismatch k3 cannot see (e.g. in the router of an MoE) is not excluded"))
 
 
-# ----------------------------------------------------------------------------------- output
-def report(d: Diagnosis) -> str:
-    """One screen: verdict, timeline, findings with their evidence, overrides."""
-    lines = [f"rl-lab diagnose: {d.source} ({d.steps} steps)",
-             f"verdict: {d.verdict.upper()}" + (f"  cause: {d.cause}" if d.cause else "")]
-    if d.timeline:
-        lines.append("timeline:")
-        for event, step in sorted(d.timeline.items(), key=lambda kv: kv[1]):
-            lines.append(f"  step {step:>6}  {event}")
-    if d.levels:
-        shown = ", ".join(f"{MONITORS[k].split(' (')[0]} {v:.3g}" for k, v in d.levels.items() if math.isfinite(v))
-        lines.append(f"early levels (steps {EARLY[0] + 1}-{EARLY[1]}): {shown}")
-    for f in d.findings:
-        lines += [f"- {f.rule}: {f.observed}", f"    evidence: {f.evidence}", f"    confidence: {f.confidence}"]
-    if d.overrides:
-        lines.append("try (verl 0.9.1), in this order:")
-        for i, o in enumerate(d.overrides, 1):
-            lines += [f"  {i}. {o.lines}", f"     why: {o.why}", f"     evidence: {o.evidence}"]
-    if d.missing:
-        lines.append(f"not in the input: {', '.join(d.missing)} (their panels and rules are skipped)")
-    return "\n".join(lines)
-
-
-def plot(df, d: Diagnosis, path: str | Path) -> Path:
-    """Write `figure(df, d)` to a PNG."""
-    import matplotlib.pyplot as plt
-
-    fig = figure(df, d)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return Path(path)
-
-
-def figure(df, d: Diagnosis):
-    """Reward, k3 (log scale) and gradient norm (log scale), with the fall and the rises marked."""
-    import matplotlib.pyplot as plt
-
-    panels = [("reward", "reward", False), (K3, "k3 per token", True), ("grad_norm", "gradient norm", True)]
-    panels = [p for p in panels if _finite(df, p[0]) is not None]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(7, 2.1 * len(panels)), sharex=True, squeeze=False)
-    for ax, (name, label, log) in zip(axes[:, 0], panels):
-        values = df[name].to_numpy(dtype=float)
-        ax.plot(df["step"], values, lw=0.8, alpha=0.5)
-        if len(values) >= WINDOW:
-            ax.plot(df["step"].to_numpy()[WINDOW - 1:], moving_average(values, WINDOW), lw=1.5)
-        if log:
-            ax.set_yscale("log")
-        if name == K3:
-            ax.axhline(K3_WARN, color="C3", ls=":", lw=0.8, label=f"K3_WARN = {K3_WARN:g}")
-            ax.legend(fontsize=7, loc="upper left")
-        ax.set_ylabel(label)
-        for event, step in d.timeline.items():     # the events the verdict rests on, not every monitor's rise
-            if event in ("reward fall", "gradient blow-up", f"{K3} rises"):
-                ax.axvline(step, color="k" if "fall" in event else "C3", ls="--" if "fall" in event else ":", lw=0.8)
-    axes[0, 0].set_title(f"{d.verdict}" + (f" ({d.cause})" if d.cause else "") + f": {d.source}", fontsize=9)
-    axes[-1, 0].set_xlabel("step")
-    fig.tight_layout()
-    return fig
+# ----------------------------------------------------------------------------------- command line
+EPILOG = ("exit codes: 0 healthy, 1 collapsed, 2 unreadable input or options, 3 warning (not collapsed, a "
+          "monitor says the setup is at risk), 4 too short to judge (fewer steps than the 20-step window; "
+          "also under --watch early in a run), 70 internal error of the tool (a bug; never 1)")
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("run", help="an rl_lab run folder, verl's file-logger JSONL or console log, flat JSONL, or a "
-                                "W&B CSV export")
+    ap.epilog = EPILOG
+    ap.add_argument("run", help="a TRL output folder or trainer_state.json, an rl_lab run folder, verl's "
+                                "file-logger JSONL or console log, flat JSONL, a W&B CSV export, TRL's console "
+                                "output (printed log dicts); .gz files are read too")
     ap.add_argument("--json", action="store_true", help="print the diagnosis as JSON instead of the report")
     ap.add_argument("--out", help="also write the diagnosis as JSON to this file (e.g. diagnosis.json)")
     ap.add_argument("--plot", help="write the annotated figure to this PNG")
-    ap.add_argument("--config", help="verl's Hydra config (config.yaml) or an overrides file: adds findings "
-                                      "about the setup (optimizer steps per batch, bypass with IS weights, "
-                                      "temperature/top-p, a mirrored k1 band)")
+    ap.add_argument("--config", help="the run's settings: verl's Hydra config.yaml or an overrides file, rl_lab's "
+                                     "config.yaml, or TRL's training_args.bin (read without unpickling). A TRL "
+                                     "or rl_lab run folder's own settings are read without it")
+    ap.add_argument("--map", action="append", metavar="QUANTITY=COLUMN",
+                    help="read COLUMN as QUANTITY (reward, learning_rate, grad_norm, entropy, "
+                         "rollout_corr/k3_kl, ...); repeatable")
+    ap.add_argument("--logging-steps", type=int, help="steps between records, for TRL's console dicts (which "
+                                                      "carry no step)")
     ap.add_argument("--watch", nargs="?", const=30.0, type=float, metavar="SECONDS",
                     help="follow a live run: re-read it every SECONDS (default 30), print a line whenever the "
                          "verdict changes, stop with the full report at a collapse")
@@ -523,29 +335,38 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
 
 
 def _run_size(path: Path) -> int:
-    """Bytes of what `load_run` reads: the file, or a run folder's metrics.jsonl (-1 if absent)."""
-    p = path / "metrics.jsonl" if path.is_dir() else path
-    return p.stat().st_size if p.exists() else -1
+    """Bytes of what `load_run` reads (-1 if absent): a file, or a run folder's newest record file."""
+    from rl_lab.tools.diagnose_readers import newest_trainer_state
+    if path.is_dir():
+        state = newest_trainer_state(path)
+        path = path / "metrics.jsonl" if (path / "metrics.jsonl").exists() or state is None else state
+    return path.stat().st_size if path.exists() else -1
+
+
+def _load_and_diagnose(path, setup, mapping=None, logging_steps=None):
+    df = load_run(path, mapping, logging_steps)
+    return df, diagnose(df, setup if setup is not None else read_run_setup(df))
 
 
 def watch(path, interval: float = 30.0, polls: int | None = None, out=None, sleep=None,
-          setup: dict | None = None) -> int:
+          setup: dict | None = None, mapping: dict | None = None, logging_steps: int | None = None) -> int:
     """Follow a run that is still being written: re-diagnose whenever it has grown, print one line
     when the verdict or its cause changes, and return 1 with the full report at a collapse.  Returns
-    the last verdict's exit code on Ctrl-C or after `polls` reads (2 if it was never readable)."""
+    the last verdict's exit code on Ctrl-C or after `polls` reads (2 if it was never readable; 4
+    while it is shorter than the window)."""
     import time
     out, sleep, path = out or sys.stdout, sleep or time.sleep, Path(path)
     if not interval > 0:
         raise ConfigError(f"--watch takes a positive number of seconds, got {interval}")
-    last_size, last_key, last_error, code, n = None, None, None, 2, 0
+    last_size, last_key, last_error, code, n = None, None, None, EXIT_CODES["unreadable"], 0
     try:
         while True:
             size = _run_size(path)
             if size != last_size:
                 last_size = size
                 try:
-                    d = diagnose(load_run(path), setup)
-                except ConfigError as e:       # not written yet, or too short: say it once and wait
+                    _, d = _load_and_diagnose(path, setup, mapping, logging_steps)
+                except ConfigError as e:       # not written yet: say it once and wait
                     if str(e) != last_error:
                         print(f"[watch] waiting: {e}", file=out, flush=True)
                         last_error = str(e)
@@ -558,7 +379,7 @@ def watch(path, interval: float = 30.0, polls: int | None = None, out=None, slee
                               + (f"; {first}" if first else ""), file=out, flush=True)
                     if d.verdict == "collapsed":
                         print(report(d), file=out, flush=True)
-                        return 1
+                        return EXIT_CODES["collapsed"]
             n += 1
             if polls is not None and n >= polls:
                 return code
@@ -568,20 +389,28 @@ def watch(path, interval: float = 30.0, polls: int | None = None, out=None, slee
 
 
 def cmd_diagnose(args) -> int:
-    if args.watch is not None:
-        try:
-            setup = read_verl_setup(args.config) if args.config else None
-            return watch(args.run, args.watch, polls=args.watch_polls, setup=setup)
-        except ConfigError as e:
-            print(f"rl-lab diagnose: {e}", file=sys.stderr)
-            return 2
+    """The command: a verdict's exit code, 2 for unreadable input, 70 (never 1) for a bug of the tool."""
     try:
-        setup = read_verl_setup(args.config) if args.config else None
-        df = load_run(args.run)
-        d = diagnose(df, setup)
+        return _cmd_diagnose(args)
     except ConfigError as e:
         print(f"rl-lab diagnose: {e}", file=sys.stderr)
-        return 2
+        return EXIT_CODES["unreadable"]
+    except Exception:                                  # a bug: never a verdict's code
+        import traceback
+        traceback.print_exc()
+        print("rl-lab diagnose: internal error (exit 70); the traceback above is a bug of the tool, not a "
+              "verdict about the run", file=sys.stderr)
+        return EXIT_CODES["internal error"]
+
+
+def _cmd_diagnose(args) -> int:
+    mapping = parse_map(getattr(args, "map", None))
+    logging_steps = getattr(args, "logging_steps", None)
+    setup = read_setup(args.config) if args.config else None
+    if args.watch is not None:
+        return watch(args.run, args.watch, polls=args.watch_polls, setup=setup, mapping=mapping,
+                     logging_steps=logging_steps)
+    df, d = _load_and_diagnose(args.run, setup, mapping, logging_steps)
     if args.out:
         Path(args.out).write_text(json.dumps(d.to_json(), indent=2, default=str) + "\n")
     if args.plot:

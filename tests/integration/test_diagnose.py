@@ -132,7 +132,7 @@ def test_critic_rewards_mean_is_a_fallback_reward(tmp_path):
 
 def test_unreadable_inputs_say_what_was_expected(tmp_path):
     (tmp_path / "empty_dir").mkdir()
-    with pytest.raises(ConfigError, match="without metrics.jsonl"):
+    with pytest.raises(ConfigError, match="neither metrics.jsonl .* nor trainer_state.json"):
         load_run(tmp_path / "empty_dir")
     no_reward = tmp_path / "x.jsonl"
     no_reward.write_text(json.dumps({"step": 1, "loss": 0.1}) + "\n")
