@@ -382,3 +382,27 @@ def test_the_scoped_reading_flags_what_it_should():
     assert symbols(r"O(T^2)+o(\sigma)+\Theta(d\log T)") == {"T", r"\sigma", "d"}
     assert _docs("{doc}`ch10_information_bandwidth` (LoRA section), {doc}`ch11_ensembles`") == [
         ("ch10_information_bandwidth", "(LoRA section)"), ("ch11_ensembles", "")]
+
+
+# --- No control character inside maths (issue 54, item 4) ------------------------------------------
+# A "\t" written in Python without an r-prefix becomes a TAB: "$5\times$" rendered as "5 imes".
+
+ALL_PAGES = sorted((ROOT / "book").glob("*.md")) + sorted((ROOT / "labs").glob("*.md"))
+
+
+def control_characters_in_maths(text: str) -> list[str]:
+    """Maths ($...$, $$...$$, {math} roles and blocks) holding a control character other than a newline."""
+    formulas = maths(text) + re.findall(r"\{math\}`([^`]*)`", text)
+    formulas += re.findall(r"```\{math\}\n(.*?)```", text, flags=re.S)
+    return [repr(f.strip()[:80]) for f in formulas if re.search(r"[\x00-\x09\x0b-\x1f\x7f]", f)]
+
+
+@pytest.mark.parametrize("page", ALL_PAGES, ids=[f"{p.parent.name}/{p.stem}" for p in ALL_PAGES])
+def test_no_control_character_inside_maths(page):
+    found = control_characters_in_maths(page.read_text(encoding="utf-8"))
+    assert not found, f"{page.relative_to(ROOT)}: a control character (a TAB from '\\t'?) in " + ", ".join(found)
+
+
+def test_the_control_character_check_flags_a_tab():
+    assert control_characters_in_maths("$5\times0.004$ and {math}`a\x07b`")
+    assert not control_characters_in_maths("$5\\times0.004$ and\n$$x\n=y$$")
