@@ -267,8 +267,8 @@ def _coerce_source(spec: SourceSpec, value):
         try:
             return spec.config.from_dict({} if value is True else value)
         except ConfigError as e:
-            raise ConfigError(f"RLConfig.mismatch.{spec.name}: {e}") from e
-    raise ConfigError(f"RLConfig.mismatch.{spec.name}={value!r}: give {spec.config.__name__}(...), a mapping of "
+            raise ConfigError(f"MismatchConfig.{spec.name}: {e}") from e
+    raise ConfigError(f"MismatchConfig.{spec.name}={value!r}: give {spec.config.__name__}(...), a mapping of "
                       f"its fields, true for its defaults, or null (off)")
 
 

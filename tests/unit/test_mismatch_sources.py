@@ -62,7 +62,7 @@ def test_mismatch_loads_as_python_yaml_and_dotted_keys():
     ({"truncation": {"top_p": 1.5}}, "TruncationConfig.top_p"),
     ({"weight_sync": {"fault": "drop"}}, "WeightSyncConfig.fault"),
     ({"weight_sync": {"steps": -1}}, "WeightSyncConfig.steps"),
-    ({"precision": 3}, "mismatch.precision=3"),
+    ({"precision": 3}, "MismatchConfig.precision=3"),
     ({"routing": True}, "unknown MismatchConfig field"),
 ])
 def test_a_bad_value_names_the_field(mismatch, words):
