@@ -124,14 +124,14 @@ class ExactEngine:
         with compose([s.sampler_forward(self.model) for s in self.sources]):
             return forward_logits(self.model, prompt_ids, prompt_mask, completion_ids, self.share_prefix)
 
-    def _kept(self, kept, logits_t, t: int, temperature: float):
+    def _kept(self, kept, logits_t, t: int, T: int, temperature: float):
         """Record the sources' kept set at position t in `kept` (B, T, V), allocated on first use."""
         masks = [m for m in (s.kept(logits_t.float() / temperature) for s in self.sources) if m is not None]
         if not masks:
             return kept
         if kept is None:
             B, V = logits_t.shape
-            kept = torch.ones(B, self.T, V, dtype=torch.bool, device=logits_t.device)
+            kept = torch.ones(B, T, V, dtype=torch.bool, device=logits_t.device)
         for m in masks:
             kept[:, t] &= m
         return kept
@@ -151,16 +151,16 @@ class ExactEngine:
         enc = tok(prompts, return_tensors="pt", padding=True)
         prompt_ids = enc["input_ids"].to(device).repeat_interleave(n, 0)   # (B, P)
         prompt_mask = enc["attention_mask"].to(device).repeat_interleave(n, 0)  # (B, P)
-        B, self.T = prompt_ids.shape[0], sampling.max_completion_length
+        B, T = prompt_ids.shape[0], sampling.max_completion_length
         eos, pad = tok.eos_token_id, tok.pad_token_id
-        completion_ids = torch.full((B, self.T), pad, dtype=torch.long, device=device)  # the buffer
-        sampler_logprobs = torch.zeros((B, self.T), dtype=torch.float32, device=device)
-        completion_mask = torch.zeros((B, self.T), dtype=torch.long, device=device)
+        completion_ids = torch.full((B, T), pad, dtype=torch.long, device=device)  # the buffer
+        sampler_logprobs = torch.zeros((B, T), dtype=torch.float32, device=device)
+        completion_mask = torch.zeros((B, T), dtype=torch.long, device=device)
         finished = torch.zeros(B, dtype=torch.bool, device=device)
         full, kept = None, None
-        for t in range(self.T):
+        for t in range(T):
             logits = self.sampler_logits(prompt_ids, prompt_mask, completion_ids)        # (B, T, V)
-            kept = self._kept(kept, logits[:, t], t, sampling.temperature)
+            kept = self._kept(kept, logits[:, t], t, T, sampling.temperature)
             logp_all = score_logits(logits, sampling.temperature, sampling.min_p, kept)   # (B, T, V)
             if self.record_full_logprobs:
                 full = torch.zeros_like(logp_all) if full is None else full
