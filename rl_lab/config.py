@@ -30,6 +30,7 @@ from rl_lab.method_specs import (  # noqa: F401 - re-exported
     method_configs,
     plugin_specs,
 )
+from rl_lab.mismatch_specs import MismatchConfig, check_mismatch_run
 
 DTYPES = ("float32", "bfloat16", "float16")
 POLICY_LOSSES = ("reinforce", "ppo_clip")
@@ -137,6 +138,11 @@ class RLConfig(_SamplingFields, _Validated):
     sampler_temperature: float | None = None
     """The sampler divides its logits by this (on top of `temperature`); the trainer does not know
     it and scores at `temperature` (a temperature set in the inference engine only).  None: off."""
+    mismatch: MismatchConfig | None = None
+    """The exact-zero sampler and the mismatch sources, one dial each with its fix (MismatchConfig;
+    rl_lab.mismatch_specs): `mismatch={}` is the control (sampler and trainer bitwise equal),
+    `--set mismatch.precision.dtype=bfloat16` one source on it.  None: the fast sampler and the flat
+    injectors above."""
     # --- advantages and loss ------------------------------------------------------------
     advantage_estimator: str = "grpo"
     """verl's names: grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline,
@@ -249,6 +255,8 @@ class RLConfig(_SamplingFields, _Validated):
         _check_range(self, "sampler_logit_noise", lo=0)
         if self.sampler_temperature is not None:
             _check_range(self, "sampler_temperature", lo=0, lo_open=True)
+        if self.mismatch is not None:
+            check_mismatch_run(self)
         if self.use_vllm:
             injectors = [n for n in ("sampler_quantization", "sampler_staleness", "sampler_logit_noise",
                                      "sampler_temperature")

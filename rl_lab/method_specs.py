@@ -31,6 +31,7 @@ from typing import Any, Callable
 
 from rl_lab.config_checks import _check_choice, _check_range, _Validated
 from rl_lab.errors import ConfigError
+from rl_lab.mismatch_specs import MismatchConfig
 
 EMPG_NORMALIZE = ("sum", "scaled_advantage", "none")
 
@@ -262,6 +263,10 @@ METHOD_SPECS: list[MethodSpec] = [
                           "verl's: the cosine export sets verl's min_lr_ratio to 0 (rl_lab's cosine ends at 0)"),
                trl=local("only read by lr_scheduler_type=length_triggered, which TRL has not"),
                legacy_checkpoint_keys=("mean_lengths",)),
+    MethodSpec("mismatch_sources", "rl_lab.algos.mismatch_fixes:MismatchFixes", "mismatch", MismatchConfig,
+               verl=refused("rl_lab's mismatch dials simulate each source on one machine; on verl each fix is a "
+                            "key of its own (rl_lab.mismatch_specs.SOURCE_SPECS lists them)"),
+               trl=refused(_NO_TRL + "mismatch simulator; its fixes' keys are in rl_lab.mismatch_specs")),
 ]
 """The methods in hook order."""
 

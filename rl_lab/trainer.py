@@ -307,7 +307,7 @@ class Trainer:
         cfg = self.config
         return token_logprobs(self.model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids,
                               cfg.temperature, with_entropy=with_entropy, with_all=self._needs_full_logprobs(),
-                              share_prefix=cfg.share_prefix, **self.run.forward_options)
+                              share_prefix=cfg.share_prefix, **self.run.forward_for(batch))
 
     def _episode_kwargs(self) -> dict:
         """The engine's `environment` argument when episodes are multi-turn (none otherwise, so

@@ -13,10 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
-from rl_lab.engines.shared_prefix import completion_logits
-from rl_lab.engines.vocabulary import safe_vocabulary
+from rl_lab.engines.scoring import forward_logits, score_logits
 from rl_lab.monitors import masked_mean
 
 
@@ -67,7 +65,7 @@ class LogProbs:
 
 def token_logprobs(model, prompt_ids, prompt_mask, completion_ids, temperature: float = 1.0, *,
                    with_entropy: bool = False, with_all: bool = False, dvp_min_p: float = 0.0,
-                   share_prefix: bool = True) -> LogProbs:
+                   share_prefix: bool = True, forward_context=None, sampling_mask=None) -> LogProbs:
     """The trainer's log pi(y_t | x, y_<t) for each completion token, and, if asked, the entropy and
     the full log-distributions (a LogProbs).
 
@@ -75,13 +73,12 @@ def token_logprobs(model, prompt_ids, prompt_mask, completion_ids, temperature: 
     padding), each distinct prompt computed once (`rl_lab.engines.shared_prefix`; `share_prefix=False`:
     one plain forward over every row), logits divided by the sampling temperature as TRL does.  With
     `dvp_min_p` the distribution is restricted to the safe vocabulary p >= dvp_min_p * p_max
-    (Dynamic Vocabulary Pruning; a token outside it gets log pi = -inf).
+    (Dynamic Vocabulary Pruning; a token outside it gets log pi = -inf).  `forward_context` and
+    `sampling_mask` come from a mismatch source's fix (rl_lab.engines.scoring, which the exact-zero
+    sampler calls too).
     """
-    logits = completion_logits(model, prompt_ids, prompt_mask, completion_ids, share_prefix)  # (B, T, V)
-    logits = logits.float() / temperature
-    if dvp_min_p > 0:
-        logits = logits.masked_fill(~safe_vocabulary(logits, dvp_min_p), float("-inf"))
-    logp_all = F.log_softmax(logits, dim=-1)                                           # (B, T, V)
+    logits = forward_logits(model, prompt_ids, prompt_mask, completion_ids, share_prefix, forward_context)  # (B, T, V)
+    logp_all = score_logits(logits, temperature, dvp_min_p, sampling_mask)             # (B, T, V)
     logp = logp_all.gather(-1, completion_ids[..., None]).squeeze(-1)                 # (B, T)
     entropy = None
     if with_entropy:  # a metric, so no gradient: its (B, T, V) intermediates are freed at once
@@ -91,10 +88,11 @@ def token_logprobs(model, prompt_ids, prompt_mask, completion_ids, temperature: 
 
 
 def sequence_logprobs(model, prompt_ids, prompt_mask, completion_ids, temperature: float = 1.0,
-                      dvp_min_p: float = 0.0, share_prefix: bool = True) -> torch.Tensor:
-    """(B, T) log pi(y_t | x, y_<t) alone: `token_logprobs(...).logp`."""
+                      dvp_min_p: float = 0.0, share_prefix: bool = True, **options) -> torch.Tensor:
+    """(B, T) log pi(y_t | x, y_<t) alone: `token_logprobs(...).logp` (options: forward_context,
+    sampling_mask)."""
     return token_logprobs(model, prompt_ids, prompt_mask, completion_ids, temperature, dvp_min_p=dvp_min_p,
-                          share_prefix=share_prefix).logp
+                          share_prefix=share_prefix, **options).logp
 
 
 def policy_loss(logp, old_logp, advantages, mask, loss: str = "ppo_clip", epsilon: float = 0.2,

@@ -7,7 +7,8 @@ also says which RLConfig field turns it on and what it becomes on verl and TRL):
     setup(run)          once, when the Trainer is built, with the run's RunContext (frozen models:
                         reference, teacher)
     forward_options()   keyword arguments for every forward of the policy and the reference
-                        (sequence_logprobs; DVP's pruned vocabulary)
+                        (sequence_logprobs; DVP's pruned vocabulary); a `BatchOption` value is
+                        read from each step's rollout batch (the sampler's kept sets)
     lr_scale(step)      a factor on the scheduled learning rate (the length-triggered schedule)
     rollout_prompts(n)  how many prompts the step draws, given prompts_per_step (dynamic sampling)
     mask_tokens(s)      before the validity checks: drop tokens from s.mask (truncation, DVP)
@@ -44,6 +45,17 @@ class RunContext:
     reward_funcs: tuple                        # TRL-style reward functions
     environment: Any = None                    # rl_lab.agents.ToolEnvironment for multi-turn episodes
     forward_options: dict = field(default_factory=dict)  # every method's forward_options(), merged
+
+    def forward_for(self, batch) -> dict:
+        """The forward options for one rollout batch: each `BatchOption` read from it."""
+        return {k: v.read(batch) if isinstance(v, BatchOption) else v for k, v in self.forward_options.items()}
+
+
+@dataclass(frozen=True)
+class BatchOption:
+    """A forward option whose value comes from the step's rollout batch: `read(batch) -> value`
+    (e.g. the sampler's kept sets, rl_lab.algos.mismatch_fixes)."""
+    read: Any
 
 
 @dataclass

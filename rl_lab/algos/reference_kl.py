@@ -28,7 +28,7 @@ class ReferenceKL(Method):
         with torch.no_grad():
             s.extra["ref_logp"] = sequence_logprobs(self.ref_model, b.prompt_ids, b.prompt_mask, b.completion_ids,
                                                     cfg.temperature, share_prefix=cfg.share_prefix,
-                                                    **s.run.forward_options)              # (B, T)
+                                                    **s.run.forward_for(b))              # (B, T)
 
     def token_loss(self, s: StepState):
         ref = s.extra["ref_logp"]

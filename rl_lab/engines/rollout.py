@@ -56,6 +56,8 @@ class RolloutBatch:
     turn_ids: torch.Tensor | None = None        # (B, T) the model turn of each token; -1 on padding
     episode_metrics: dict | None = None         # turns/..., tools/... of the batch
     has_void_turn: torch.Tensor | None = None   # (B,) bool: the episode has a void turn (SimpleTIR)
+    # -- what the engine measured about itself (the exact engine's sync check), logged by a method
+    engine_metrics: dict | None = None
 
     @property
     def num_groups(self) -> int:

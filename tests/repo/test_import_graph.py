@@ -17,7 +17,7 @@ ROOT = Path(rl_lab.__file__).parent
 CORE = ("rl_lab", "rl_lab.config", "rl_lab.errors", "rl_lab.models", "rl_lab.tokenizer", "rl_lab.tasks",
         "rl_lab.demonstrations", "rl_lab.trainer", "rl_lab.runs", "rl_lab.corrections", "rl_lab.monitors",
         "rl_lab.schedules", "rl_lab.utils", "rl_lab.reference_step", "rl_lab.correction_options",
-        "rl_lab.method_specs", "rl_lab.config_checks", "rl_lab.presets",
+        "rl_lab.method_specs", "rl_lab.mismatch_specs", "rl_lab.config_checks", "rl_lab.presets",
         "rl_lab._lazy")
 
 # layer -> (its modules: names, each with its submodules, or CORE's exact names), the layers it may import
