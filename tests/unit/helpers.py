@@ -54,3 +54,20 @@ def step_on(batch, capture, **cfg):
     trainer = Trainer(RLConfig(**{**SMALL, **cfg}, max_steps=1, seed=0), model=model, tokenizer=tok,
                       engine=FixedEngine(model, tok, batch), reward_funcs=[distinct_characters])
     return trainer.step()
+
+
+class StepProbe:
+    """A method (registered by a test with rl_lab.method_specs.register_method) that returns the
+    step's final advantages and loss mask as metrics: {"probe/advantages": (B, T), "probe/mask": (B, T)}."""
+    name = "probe"
+
+    def __new__(cls, config, spec=None):
+        from rl_lab.algos.method import Method
+
+        class _Probe(Method):
+            name = "probe"
+
+            def metrics(self, s):
+                return {"probe/advantages": s.advantages.detach().clone(), "probe/mask": s.mask.clone(),
+                        "probe/trains": s.trains.clone()}
+        return _Probe(config, spec)
