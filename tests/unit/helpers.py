@@ -8,6 +8,7 @@ import torch
 
 from rl_lab import RLConfig, Trainer
 from rl_lab.agents import ToolEnvironment
+from rl_lab.algos.method import Method
 from rl_lab.config import SamplingConfig
 from rl_lab.engines.rollout import HFEngine
 from rl_lab.engines.scripted import ScriptedEngine
@@ -56,18 +57,25 @@ def step_on(batch, capture, **cfg):
     return trainer.step()
 
 
-class StepProbe:
-    """A method (registered by a test with rl_lab.method_specs.register_method) that returns the
-    step's final advantages and loss mask as metrics: {"probe/advantages": (B, T), "probe/mask": (B, T)}."""
+
+class StepProbe(Method):
+    """A method a test registers (rl_lab.method_specs.register_method, `extra_methods={"probe": True}`)
+    to see the step's tensors: the final advantages, loss mask and training rows, and, when the run
+    keeps pi's (B, T, V) log-probs, the gradient of the loss with respect to them (its token_loss
+    runs after every other method's)."""
     name = "probe"
 
-    def __new__(cls, config, spec=None):
-        from rl_lab.algos.method import Method
+    def token_loss(self, s):
+        if s.logp_all is not None and s.logp_all.requires_grad:
+            s.logp_all.retain_grad()
+            s.extra["probe_logp_all"] = s.logp_all
+        return None
 
-        class _Probe(Method):
-            name = "probe"
-
-            def metrics(self, s):
-                return {"probe/advantages": s.advantages.detach().clone(), "probe/mask": s.mask.clone(),
-                        "probe/trains": s.trains.clone()}
-        return _Probe(config, spec)
+    def metrics(self, s):
+        out = {"probe/advantages": s.advantages.detach().clone(), "probe/mask": s.mask.clone(),
+               "probe/trains": s.trains.clone()}
+        if "probe_logp_all" in s.extra:
+            logp_all = s.extra["probe_logp_all"]
+            out.update({"probe/logp_all": logp_all.detach().clone(), "probe/logp_all_grad": logp_all.grad.clone(),
+                        "probe/loss_mask": s.loss_mask.clone()})
+        return out
