@@ -179,7 +179,9 @@ class RLConfig(_SamplingFields, _Validated):
     skip_zero_spread_steps: bool = False
     """No optimizer step when every group's rewards are equal (the policy gradient is then 0, but
     AdamW's moments would still move the weights); counted as filter/zero_spread_skipped
-    (rl_lab.algos.zero_spread)."""
+    (rl_lab.algos.zero_spread).  The skip looks at the rewards only: combined with a term whose
+    gradient does not vanish without reward spread (beta's reference KL, teacher_kl, imitation,
+    EMPG's bonus), it discards that gradient too on such steps."""
     filter_groups: FilterGroupsConfig | None = None
     """DAPO's dynamic sampling (FilterGroupsConfig); None: off."""
     tool_token_stats: bool = False
