@@ -27,6 +27,7 @@ from rl_lab.method_specs import (  # noqa: F401 - re-exported
     ImitationConfig,
     LengthTriggeredConfig,
     TeacherKLConfig,
+    VoidFilterConfig,
     method_configs,
     plugin_specs,
 )
@@ -173,16 +174,20 @@ class RLConfig(_SamplingFields, _Validated):
     """KL(pi || pi_ref) coefficient (k3 estimator); 0 loads no reference model."""
     mask_truncated_completions: bool = False
     """Drop completions that hit max_completion_length without <eos> from the loss."""
-    mask_void_turns: bool = False
-    """SimpleTIR's filter (its name): drop every episode with a void turn from the loss and from the
-    group statistics, counted as filter/void_trajectories.  A void turn ends with neither a complete
-    tool call nor a final answer: cut by the length limit, or ended early (<eos>) without an answer
-    in the task's answer format.  Without an environment the one turn is void when it was cut by
-    the length limit."""
+    mask_void_turns: VoidFilterConfig | None = None
+    """SimpleTIR's filter (its name; VoidFilterConfig): every episode with a void turn leaves the
+    loss, counted as filter/void_trajectories; `true` is SimpleTIR's own (scope "loss": the group's
+    advantages still count it), `{scope: loss_and_groups}` also drops it from the group statistics
+    (rl_lab before issue 53).  A void turn ends with neither a complete tool call nor a final
+    answer: cut by the length limit, or ended early (<eos>) without an answer in the task's answer
+    format.  Without an environment the one turn is void when it was cut by the length limit.
+    None: off."""
     skip_zero_spread_steps: bool = False
     """No optimizer step when every group's rewards are equal (the policy gradient is then 0, but
     AdamW's moments would still move the weights); counted as filter/zero_spread_skipped
-    (rl_lab.algos.zero_spread)."""
+    (rl_lab.algos.zero_spread).  The skip looks at the rewards only: combined with a term whose
+    gradient does not vanish without reward spread (beta's reference KL, teacher_kl, imitation,
+    EMPG's bonus), it discards that gradient too on such steps."""
     filter_groups: FilterGroupsConfig | None = None
     """DAPO's dynamic sampling (FilterGroupsConfig); None: off."""
     tool_token_stats: bool = False

@@ -20,7 +20,7 @@ registers its row with `register_method` and takes its knobs from `RLConfig.extr
 The method configs below are nested in RLConfig under the method's field and None when the
 method is off: `RLConfig(empg=EMPGConfig(k=2))`, `empg={"k": 2}` or `empg=True` (its defaults) in
 Python and YAML, `--set empg.k=2` on the command line (which turns EMPG on).  A method without
-knobs is a bool (mask_void_turns, skip_zero_spread_steps, tool_token_stats) or a number (beta).
+knobs is a bool (skip_zero_spread_steps, tool_token_stats) or a number (beta).
 """
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ from rl_lab.errors import ConfigError
 from rl_lab.mismatch_specs import MismatchConfig
 
 EMPG_NORMALIZE = ("sum", "scaled_advantage", "none")
+VOID_SCOPES = ("loss", "loss_and_groups")
 
 
 # ------------------------------------------------------------------ the methods' configs
@@ -47,6 +48,22 @@ class DVPConfig(_Validated):
 
     def validate(self):
         _check_range(self, "min_p", lo=0, hi=1, lo_open=True, hi_open=True)
+
+
+@dataclass
+class VoidFilterConfig(_Validated):
+    """SimpleTIR's void-turn filter (rl_lab.algos.simpletir.VoidFilter): an episode with a void turn
+    (neither a complete tool call nor a final answer) trains no token."""
+    scope: str = "loss"
+    """What a void episode leaves.  "loss" (SimpleTIR's trainer): only the loss mask; the group's
+    advantages are computed over every episode of the prompt, void ones included, so a success
+    whose group-mates are void keeps its positive advantage.  "loss_and_groups" (rl_lab before
+    issue 53, research/tool_methods' mask_void arms): the loss and the group statistics, so the
+    group's mean and std are over its non-void episodes only (a success among void group-mates
+    then gets advantage 0)."""
+
+    def validate(self):
+        _check_choice(self, "scope", VOID_SCOPES)
 
 
 @dataclass
@@ -225,7 +242,7 @@ METHOD_SPECS: list[MethodSpec] = [
                verl=refused("Dynamic Vocabulary Pruning is rl_lab's own (chapter 6): verl's sampler and trainer "
                             "do not prune"),
                trl=refused(_NO_TRL + "vocabulary pruning of sampler and trainer")),
-    MethodSpec("void_filter", "rl_lab.algos.simpletir:VoidFilter", "mask_void_turns", off=False,
+    MethodSpec("void_filter", "rl_lab.algos.simpletir:VoidFilter", "mask_void_turns", VoidFilterConfig,
                verl=refused("SimpleTIR's void-turn filter lives in its own verl fork, not in verl 0.9.1"),
                trl=refused(_NO_TRL + "void-turn filter")),
     MethodSpec("filter_groups", "rl_lab.algos.zero_spread:DynamicSampling", "filter_groups", FilterGroupsConfig,

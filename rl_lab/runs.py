@@ -52,6 +52,22 @@ def config_changes(saved: dict, config: RLConfig) -> dict[str, tuple]:
     return changes
 
 
+def _saved_void_filter(saved: dict, path) -> dict:
+    """A config.yaml written before issue 53 saved `mask_void_turns: true` for rl_lab's filter of
+    that time, which dropped void episodes from the loss and the group statistics; `true` now means
+    SimpleTIR's loss-only filter.  A saved run keeps what it ran (scope "loss_and_groups"), with a
+    ConfigWarning; this version saves the mapping ({scope: ...}), so a bare true is always an old file."""
+    if saved.get("mask_void_turns") is not True:
+        return saved
+    import warnings
+
+    from rl_lab.errors import ConfigWarning
+    warnings.warn(f"{path}: mask_void_turns: true was written before the void filter had a scope; the run "
+                  "keeps the filter it ran with, mask_void_turns.scope=loss_and_groups (SimpleTIR's own "
+                  "filter is scope loss: --set mask_void_turns.scope=loss)", ConfigWarning, stacklevel=3)
+    return {**saved, "mask_void_turns": {"scope": "loss_and_groups"}}
+
+
 def check_resume_overwrite(resume: bool, overwrite: bool, output_dir) -> None:
     """resume continues the run in `output_dir`, overwrite deletes it: never both."""
     if resume and overwrite:
@@ -194,7 +210,7 @@ class RunFolder:
             saved = yaml.safe_load(self.config_path.read_text()) or {}
         except yaml.YAMLError:
             return None
-        return saved if isinstance(saved, dict) else None
+        return _saved_void_filter(saved, self.config_path) if isinstance(saved, dict) else None
 
     def config_changes(self, config: RLConfig) -> dict[str, tuple]:
         """`config_changes` against config.yaml ({} when there is none)."""

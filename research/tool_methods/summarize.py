@@ -7,7 +7,8 @@
 per-step reward, gradient norm, void-turn share and tool calls to results/steps.csv (the spike rule needs the
 whole series; the runs' folders are not shipped); block 3's the same way, to results/block3_<arm>.csv
 and results/block3_steps.csv.  Chapter 12 and lab 12 call `table()`, `spike_table()`,
-`followup_table()`, `block3_table()` and `block3_mechanisms()`.
+`followup_table()`, `block3_table()`, `block3_mechanisms()` and `block3b_table()` (block 3b, issue 53:
+SimpleTIR as published, results/block3b_<arm>.csv and results/block3b_steps.csv).
 
 Verdict per (method, output style) against plain GRPO of the same style (NOTES.md, fixed before
 the runs): Welch's t over seeds, two-sided p from Student's t with Welch's degrees of freedom,
@@ -53,7 +54,7 @@ try:
 except ImportError:     # the labs-only install and Binder (lab 12 reads these tables): see the end
     sps = None
 
-from rl_lab.tools.stats import holm  # noqa: E402,F401
+from rl_lab.tools.stats import fisher_two_sided, holm, permutation_test  # noqa: E402,F401
 from rl_lab.tools.stats import welch as _welch_no_spread  # noqa: E402  (both samples constant: no t distribution)
 
 
@@ -299,13 +300,70 @@ def block3_table(folder: Path = RESULTS) -> pd.DataFrame:
                "void_eos_last": m["void_eos_last"].mean()}
         if arm != CONTROL and len(control) >= 2 and len(cell) >= 2:
             w = welch(cell["eval_reward"], control["eval_reward"])
-            row.update({"diff": w["diff"], "ci_lo": w["ci_lo"], "ci_hi": w["ci_hi"], "p": w["p"]})
+            row.update({"diff": w["diff"], "ci_lo": w["ci_lo"], "ci_hi": w["ci_hi"], "p": w["p"],
+                        "p_perm": permutation_test(cell["eval_reward"], control["eval_reward"])})
         rows.append(row)
     out = pd.DataFrame(rows)
     compared = out["arm"] != CONTROL
     out.loc[compared, "p_holm"] = holm(out.loc[compared, "p"])
     out["verdict"] = [verdict(d, p) if c else "control" for c, d, p in zip(compared, out.get("diff"), out["p_holm"])]
+    # beside the verdict (issue 53, added after the runs): the exact permutation test and its Holm adjustment,
+    # which Welch's t with df ~ 7 on bimodal outcomes only approximates (conservatively here)
+    out.loc[compared, "p_perm_holm"] = holm(out.loc[compared, "p_perm"])
     return out
+
+
+# ----------------------------------------------------------------------------- block 3b (issue 53)
+BLOCK3B = ("simpletir", "mask_void_loss")
+"""Block 3b's arms (NOTES.md): SimpleTIR as published (the verdict) and the loss-only mask alone
+(descriptive), against block 3's grpo; results/block3b_<arm>.csv and results/block3b_steps.csv."""
+BLOCK3B_LABELS = {"simpletir": "SimpleTIR as published (loss-only void mask + group filter)",
+                  "mask_void_loss": "loss-only void mask alone"}
+BLOCK3B_STEPS = {**BLOCK3_STEPS, "void_trajectories": "filter/void_trajectories",
+                 "groups_drawn": "filter/groups_drawn"}
+
+
+def block3b_runs(folder: Path = RESULTS) -> pd.DataFrame:
+    frames = [pd.read_csv(folder / f"block3b_{arm}.csv").assign(arm=arm) for arm in BLOCK3B
+              if (folder / f"block3b_{arm}.csv").exists()]
+    if not frames:
+        raise FileNotFoundError(f"no block-3b results in {folder}: run research/tool_methods/run_block3b.sh, then "
+                                f"summarize.py --collect")
+    return pd.concat(frames, ignore_index=True)
+
+
+def block3b_table(folder: Path = RESULTS) -> pd.DataFrame:
+    """Per block-3b arm against block 3's grpo (NOTES.md, block 3b): runs alive, mean held-out
+    success, the difference, the exact permutation p (the verdict's statistic, simpletir only),
+    Welch's interval and p, Fisher's two-sided p on alive / not alive, and the mechanisms: void share
+    over the last LAST steps, void episodes masked per step, steps skipped, episodes per step."""
+    runs = block3b_runs(folder)
+    control = block3_runs(folder)
+    control = control[control["arm"] == CONTROL]
+    steps = pd.read_csv(folder / "block3b_steps.csv")
+    rows = []
+    for arm in BLOCK3B:
+        cell = runs[runs["arm"] == arm]
+        if cell.empty:
+            continue
+        st = steps[steps["run_id"].isin(cell["run_id"])].sort_values(["run_id", "step"])
+        per_run = st.groupby("run_id")
+        alive, alive_c = int((cell["eval_reward"] > ALIVE).sum()), int((control["eval_reward"] > ALIVE).sum())
+        w = welch(cell["eval_reward"], control["eval_reward"])
+        p_perm = permutation_test(cell["eval_reward"], control["eval_reward"])
+        drawn = st["groups_drawn"].fillna(8)
+        rows.append({"arm": arm, "label": BLOCK3B_LABELS[arm], "seeds": len(cell), "alive": f"{alive}/{len(cell)}",
+                     "control_alive": f"{alive_c}/{len(control)}",
+                     "collapsed": f"{int(cell['collapsed'].astype(bool).sum())}/{len(cell)}",
+                     "eval_reward": cell["eval_reward"].mean(), "control_eval_reward": control["eval_reward"].mean(),
+                     "diff": w["diff"], "p_perm": p_perm, "ci_lo": w["ci_lo"], "ci_hi": w["ci_hi"], "p_welch": w["p"],
+                     "p_fisher_alive": fisher_two_sided(alive, len(cell), alive_c, len(control)),
+                     "verdict": verdict(w["diff"], p_perm) if arm == "simpletir" else "descriptive",
+                     "void_last": per_run["void_fraction"].apply(lambda x: x.tail(LAST).mean()).mean(),
+                     "void_masked_per_step": st["void_trajectories"].mean(),
+                     "skipped": per_run["groups_kept"].apply(lambda x: int((x == 0).sum())).mean(),
+                     "episodes_per_step": (drawn * 8).mean()})
+    return pd.DataFrame(rows)
 
 
 def collect(runs: Path = RUNS, folder: Path = RESULTS) -> None:
@@ -347,6 +405,23 @@ def collect(runs: Path = RUNS, folder: Path = RESULTS) -> None:
     if series:
         pd.DataFrame(series).to_csv(folder / "block3_steps.csv", index=False, float_format="%.6g")
     print(f"[collect] {len(series)} block-3 steps into {folder / 'block3_steps.csv'}")
+    series = []
+    for arm in BLOCK3B:
+        src = runs / f"block3_{arm}" / "results.csv"
+        if not src.exists():
+            print(f"[collect] block3_{arm}: no {src} (not run)")
+            continue
+        shutil.copyfile(src, folder / f"block3b_{arm}.csv")
+        for run_id in pd.read_csv(src)["run_id"]:
+            with open(runs / f"block3_{arm}" / run_id / "metrics.jsonl") as f:
+                for line in f:
+                    m = json.loads(line)
+                    if "grad_norm" in m:
+                        series.append({"run_id": run_id, "step": m["step"],
+                                       **{k: m.get(v, float("nan")) for k, v in BLOCK3B_STEPS.items()}})
+    if series:
+        pd.DataFrame(series).to_csv(folder / "block3b_steps.csv", index=False, float_format="%.6g")
+    print(f"[collect] {len(series)} block-3b steps into {folder / 'block3b_steps.csv'}")
 
 
 def main(argv: list[str]) -> None:
@@ -372,6 +447,9 @@ def main(argv: list[str]) -> None:
         print("\nBlock 3, fresh seeds 12-19, OOD outputs (NOTES.md):")
         print(fmt(block3_table().drop(columns=["label"])))
         print(fmt(block3_mechanisms().drop(columns=["run_id", "il_nll_first", "il_nll_last"])))
+    if (RESULTS / "block3b_simpletir.csv").exists():
+        print("\nBlock 3b, SimpleTIR as published, against block 3's GRPO (NOTES.md):")
+        print(fmt(block3b_table().drop(columns=["label"])))
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ STEP_COLUMNS = {"reward": "reward", "grad_norm": "grad_norm", "tool_calls": "too
                 "tool_errors": "tools/errors", "varying_groups": "turns/varying_groups",
                 "shrink_spread": "turns/shrink_spread"}
 
-from rl_lab.tools.stats import holm, welch  # noqa: E402  (Welch's test and Holm, as research/tool_methods)
+from rl_lab.tools.stats import holm, one_sample_t, student_t_sf2, welch  # noqa: E402  (Welch's test and Holm, as research/tool_methods)
 
 
 def verdict(diff: float, p_adjusted: float) -> str:
@@ -100,6 +100,27 @@ def table(folder: Path = RESULTS) -> pd.DataFrame:
     for outcome in OUTCOMES:
         out[f"{outcome}_p_holm"] = holm(out[f"{outcome}_p"])
         out[f"{outcome}_verdict"] = [verdict(d, p) for d, p in zip(out[f"{outcome}_diff"], out[f"{outcome}_p_holm"])]
+    return out
+
+
+def paired_table(folder: Path = RESULTS) -> pd.DataFrame:
+    """Secondary, added after the runs (issue 53), not part of any verdict: the design is paired
+    (each seed shares its held-out prompts and its tool failures across arms), so per comparison
+    the paired t test on the per-seed differences of the primary outcome (two-sided, seeds present
+    in both arms), Holm over the three comparisons."""
+    runs = load_runs(folder)
+    rows = []
+    for arm, against in COMPARISONS:
+        a = runs[runs["arm"] == arm].set_index("seed")["eval_reward"]
+        b = runs[runs["arm"] == against].set_index("seed")["eval_reward"]
+        d = (a - b).dropna()
+        if len(d) < 2:
+            continue
+        t = one_sample_t(d.to_numpy())
+        rows.append({"comparison": f"{arm} vs {against}", "seeds": len(d), "mean_diff": d.mean(),
+                     "sd_diff": d.std(ddof=1), "t": t, "p_paired": student_t_sf2(t, len(d) - 1)})
+    out = pd.DataFrame(rows)
+    out["p_paired_holm"] = holm(out["p_paired"])
     return out
 
 

@@ -37,4 +37,4 @@ class ReferenceKL(Method):
         return self.config.beta * kl
 
     def metrics(self, s: StepState) -> dict:
-        return {"kl": s.extra["kl"]}
+        return {"kl": s.extra.get("kl", float("nan"))}   # NaN: no update this step (a skipped step)

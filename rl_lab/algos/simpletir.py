@@ -9,10 +9,15 @@ out of the loss they condition what the model writes next, which raises the chan
 low-probability tokens; such tokens carry the largest logit gradients, and the spikes compound
 over turns into gradient-norm explosions.  The fix: drop every trajectory that contains a *void
 turn* (a turn that yields neither a complete tool call nor a final answer) from the policy loss
-(the repository's flag is `mask_void_turns`).
+(the repository's flag is `mask_void_turns`).  In SimpleTIR's trainer the void mask multiplies the
+loss mask only: the group's advantages are computed over every rollout of the prompt, void ones
+included (scope "loss", rl_lab's default).  rl_lab first also dropped them from the group
+statistics (scope "loss_and_groups", kept as a named option for the runs that used it).
 
 What this module computes:
-  drop_void_trajectories      the rows that stay in the loss and the group statistics, and the count
+  mask_void_rows              scope "loss": the loss mask less the void rows, and the count
+  drop_void_trajectories      scope "loss_and_groups": the rows that stay in the loss and the group
+                              statistics, and the count
   logit_gradient_norm         ||d loss_t / d z_t|| = |A| rho sqrt(1 - 2 pi(y) + sum_v pi_v^2) per token
   after_tool_output           (B, T) the first `window` sampled tokens after each tool output
   tool_conditioned_token_stats the share of low-probability tokens and their logit gradient norm,
@@ -21,6 +26,17 @@ What this module computes:
 from __future__ import annotations
 
 import torch
+
+
+def mask_void_rows(mask: torch.Tensor, trains: torch.Tensor, void: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    """(B, T) loss mask, (B,) rows that train, (B,) rows with a void turn -> (B, T) loss mask
+    without the void rows' tokens, metrics.
+
+    SimpleTIR's filter as its trainer applies it: the void rows keep their place in the group's
+    statistics (the advantages are computed before, over every row that trains); only their tokens
+    leave the loss.  `filter/void_trajectories` counts the training rows masked."""
+    void = void.to(torch.bool)
+    return mask & ~void[:, None], {"filter/void_trajectories": int((trains & void).sum())}
 
 
 def drop_void_trajectories(valid: torch.Tensor, void: torch.Tensor) -> tuple[torch.Tensor, dict]:
@@ -111,14 +127,26 @@ from rl_lab.algos.method import Method, StepState  # noqa: E402
 
 
 class VoidFilter(Method):
-    """RLConfig.mask_void_turns: rows with a void turn leave the loss and the group statistics (a
-    single-turn batch's void turn is a truncated completion).  By design, not a fault: filter/."""
+    """RLConfig.mask_void_turns (VoidFilterConfig): rows with a void turn leave the loss (a
+    single-turn batch's void turn is a truncated completion).  Scope "loss": after the advantages
+    are computed over every row, so the void rows still count in their group's mean and std (and
+    in the zero-spread checks of skip_zero_spread_steps and filter_groups); "loss_and_groups": before,
+    so they leave the group statistics too.  Either way the reference KL, the teacher KL and EMPG's
+    whitening see the masked loss mask.  By design, not a fault: filter/."""
     name = "void_filter"
 
-    def filter_rows(self, s: StepState) -> None:
+    def _void(self, s: StepState) -> torch.Tensor:
         b = s.batch
-        void = b.has_void_turn if b.has_void_turn is not None else b.is_truncated
-        s.trains, s.extra["filter_metrics"] = drop_void_trajectories(s.trains, void)
+        return b.has_void_turn if b.has_void_turn is not None else b.is_truncated
+
+    def filter_rows(self, s: StepState) -> None:
+        if self.knobs.scope == "loss_and_groups":
+            s.trains, s.extra["filter_metrics"] = drop_void_trajectories(s.trains, self._void(s))
+
+    def advantages(self, s: StepState) -> None:
+        if self.knobs.scope == "loss":
+            s.mask, s.extra["filter_metrics"] = mask_void_rows(s.mask, s.trains, self._void(s))
+            s.advantages = torch.where(s.mask, s.advantages, torch.zeros_like(s.advantages))
 
     def metrics(self, s: StepState) -> dict:
         return s.extra["filter_metrics"]

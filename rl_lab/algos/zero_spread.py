@@ -6,12 +6,16 @@ prompt each row answers.
 A group whose rewards are all equal (all 0 on a task the policy has lost, all 1 on one it has
 mastered) gives every one of its rows the advantage 0 under GRPO: it teaches nothing.  When
 every group of a step is like that, the policy gradient is exactly 0, and still AdamW moves the
-weights: its update m_t / (sqrt(v_t) + eps) decays with beta1 = 0.9 per step but is not 0.
+weights: its update m_t / (sqrt(v_t) + eps) decays with beta1 = 0.9 per step but is not 0 (about
+lr x sign(g) at first where |g| >> eps, smaller where |g| is near eps = 1e-8).
 Chapter 12 ("The zero-gradient collapse") finds tool calls vanishing on such steps.  Two remedies
 the field uses:
 
   skip_zero_spread_steps   skip the optimizer step when no group has reward spread: the weights
-                           and AdamW's moments stay exactly as they were
+                           and AdamW's moments stay exactly as they were.  The decision reads
+                           the rewards only, so the step's other gradients (a KL to the
+                           reference or a teacher, imitation, EMPG's reward-free bonus) are
+                           discarded with it (tests/unit/test_zero_spread.py)
   filter_groups            DAPO's dynamic sampling (Yu et al. 2025; verl `algorithm.filter_groups`):
                            drop the zero-spread groups and train on groups with spread only,
                            drawing up to `filter_groups.max_num_gen_batches` x prompts_per_step prompts to find

@@ -122,3 +122,35 @@ def fisher_one_sided(hits_a: int, n_a: int, hits_b: int, n_b: int, direction: st
     pmf = {k: math.comb(n_a, k) * math.comb(n_b, total - k) / math.comb(n, total) for k in range(lo, hi + 1)}
     tail = [k for k in pmf if (k <= hits_a if direction == "less" else k >= hits_a)]
     return float(min(1.0, sum(pmf[k] for k in tail)))
+
+
+def fisher_two_sided(hits_a: int, n_a: int, hits_b: int, n_b: int) -> float:
+    """Fisher's exact test, two-sided: the probability of every table with the same margins that is
+    no more likely than the observed one (scipy.stats.fisher_exact's definition, with its relative
+    tolerance of 1e-7 on "no more likely")."""
+    total, n = hits_a + hits_b, n_a + n_b
+    lo, hi = max(0, total - n_b), min(total, n_a)
+    pmf = {k: math.comb(n_a, k) * math.comb(n_b, total - k) / math.comb(n, total) for k in range(lo, hi + 1)}
+    observed = pmf[hits_a]
+    return float(min(1.0, sum(p for p in pmf.values() if p <= observed * (1 + 1e-7))))
+
+
+def permutation_test(a, b) -> float:
+    """Exact two-sided permutation test of mean(a) - mean(b): the share of all C(n_a + n_b, n_a)
+    reassignments of the pooled outcomes to the two groups whose |difference of means| is at least
+    the observed one (to 1e-12).  No distributional assumption: the right test for a handful of
+    bimodal runs a side (for 8 against 8, 12,870 splits)."""
+    import itertools
+
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    pooled, n_a = np.concatenate([a, b]), len(a)
+    if math.comb(len(pooled), n_a) > 2_000_000:
+        raise ValueError(f"permutation_test: {math.comb(len(pooled), n_a)} splits; use fewer runs or sample them")
+    total, n_b = pooled.sum(), len(b)
+    observed = abs(a.mean() - b.mean())
+    count = splits = 0
+    for idx in itertools.combinations(range(len(pooled)), n_a):
+        s = pooled[list(idx)].sum()
+        count += abs(s / n_a - (total - s) / n_b) >= observed - 1e-12
+        splits += 1
+    return count / splits

@@ -65,7 +65,7 @@ CASES: dict[str, dict] = {
                                  rollout_correction=dict(bypass_mode=True, rollout_is="token",
                                                          rollout_is_threshold=2.0)),
     "tool_grpo": dict(TOOL),
-    "tool_void_filter": dict(TOOL, mask_void_turns=True, max_completion_length=21),
+    "tool_void_filter": dict(TOOL, mask_void_turns={"scope": "loss_and_groups"}, max_completion_length=21),
     "tool_empg": dict(TOOL, empg=True),
     "tool_trloo": dict(TOOL, advantage_estimator="trloo"),
     "tool_teacher_kl": dict(TOOL, teacher_kl={"coef": 0.1, "model": "warm-start"}),

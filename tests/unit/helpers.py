@@ -8,6 +8,7 @@ import torch
 
 from rl_lab import RLConfig, Trainer
 from rl_lab.agents import ToolEnvironment
+from rl_lab.algos.method import Method
 from rl_lab.config import SamplingConfig
 from rl_lab.engines.rollout import HFEngine
 from rl_lab.engines.scripted import ScriptedEngine
@@ -54,3 +55,27 @@ def step_on(batch, capture, **cfg):
     trainer = Trainer(RLConfig(**{**SMALL, **cfg}, max_steps=1, seed=0), model=model, tokenizer=tok,
                       engine=FixedEngine(model, tok, batch), reward_funcs=[distinct_characters])
     return trainer.step()
+
+
+
+class StepProbe(Method):
+    """A method a test registers (rl_lab.method_specs.register_method, `extra_methods={"probe": True}`)
+    to see the step's tensors: the final advantages, loss mask and training rows, and, when the run
+    keeps pi's (B, T, V) log-probs, the gradient of the loss with respect to them (its token_loss
+    runs after every other method's)."""
+    name = "probe"
+
+    def token_loss(self, s):
+        if s.logp_all is not None and s.logp_all.requires_grad:
+            s.logp_all.retain_grad()
+            s.extra["probe_logp_all"] = s.logp_all
+        return None
+
+    def metrics(self, s):
+        out = {"probe/advantages": s.advantages.detach().clone(), "probe/mask": s.mask.clone(),
+               "probe/trains": s.trains.clone()}
+        if "probe_logp_all" in s.extra:
+            logp_all = s.extra["probe_logp_all"]
+            out.update({"probe/logp_all": logp_all.detach().clone(), "probe/logp_all_grad": logp_all.grad.clone(),
+                        "probe/loss_mask": s.loss_mask.clone()})
+        return out

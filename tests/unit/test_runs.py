@@ -124,3 +124,31 @@ def test_checkpoints_rotate_recover_and_the_latest_is_named(tmp_path):
     (tmp_path / LATEST).unlink()
     assert folder.last_checkpoint().name == "checkpoint-200"   # without the name: the highest step
     assert RunFolder(tmp_path / "absent").last_checkpoint() is None
+
+
+def test_a_saved_bare_void_filter_keeps_the_filter_it_ran_with(tmp_path):
+    """issue 53: `mask_void_turns: true` in a config.yaml written before the filter had a scope meant
+    rl_lab's loss-and-groups filter; a resume keeps it (with a warning) instead of switching the run
+    to SimpleTIR's loss-only filter, which is what `true` means in a new config."""
+    import warnings
+
+    import yaml
+
+    from rl_lab.config import RLConfig
+    from rl_lab.errors import ConfigWarning
+    from rl_lab.runs import RunFolder
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(yaml.safe_dump({"task": "multiplication_tool", "mask_void_turns": True}))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        saved = RunFolder(run).saved_config()
+    assert saved["mask_void_turns"] == {"scope": "loss_and_groups"}
+    assert any(issubclass(w.category, ConfigWarning) and "loss_and_groups" in str(w.message) for w in caught)
+    assert RLConfig.from_dict(saved).mask_void_turns.scope == "loss_and_groups"
+    assert RLConfig.from_dict({"task": "multiplication_tool", "mask_void_turns": True}).mask_void_turns.scope == "loss"
+    (run / "config.yaml").write_text(yaml.safe_dump(RLConfig.from_dict(saved).to_dict()))   # what this version saves
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConfigWarning)
+        assert RunFolder(run).saved_config()["mask_void_turns"] == {"scope": "loss_and_groups"}

@@ -1,5 +1,5 @@
-"""SimpleTIR (rl_lab.algos.simpletir): void-turn filtering drops whole episodes from the loss and
-the group statistics, and the measurements the source claims (low-probability tokens right after
+"""SimpleTIR (rl_lab.algos.simpletir): void-turn filtering drops whole episodes from the loss (and,
+under the named old scope, from the group statistics), and the measurements the source claims (low-probability tokens right after
 tool outputs, their logit gradient norm) on hand-built batches."""
 import math
 from dataclasses import replace
@@ -15,12 +15,13 @@ from rl_lab.algos.simpletir import (
     after_tool_output,
     drop_void_trajectories,
     logit_gradient_norm,
+    mask_void_rows,
     tool_conditioned_token_stats,
 )
 from rl_lab.config import ConfigError
 
 
-def test_a_void_row_leaves_the_loss_and_the_group_statistics():
+def test_under_the_old_scope_a_void_row_leaves_the_loss_and_the_group_statistics():
     valid = torch.tensor([True, True, True, False])
     void = torch.tensor([False, True, False, True])
     kept, metrics = drop_void_trajectories(valid, void)
@@ -59,15 +60,73 @@ def test_mask_void_turns_drops_the_void_episode_from_a_trainer_step():
     assert batch.has_void_turn.tolist() == [False, True, False, False]
     plain = step_on(batch, [], mask_void_turns=False, max_completion_length=24)
     filtered = step_on(batch, [], mask_void_turns=True, max_completion_length=24)
+    old = step_on(batch, [], mask_void_turns={"scope": "loss_and_groups"}, max_completion_length=24)
     assert "filter/void_trajectories" not in plain and filtered["filter/void_trajectories"] == 1
     assert "tir/tokens/after_tool" not in plain              # tool_token_stats is off by default
     assert filtered["faults/masked_samples"] == 0          # a design choice, not a fault
     assert filtered["grad_norm"] != plain["grad_norm"] and filtered["grad_norm"] > 0
+    assert old["filter/void_trajectories"] == 1 and old["grad_norm"] not in (plain["grad_norm"], filtered["grad_norm"])
 
 
-def test_mask_void_turns_must_be_a_bool():
+def test_mask_void_turns_must_be_a_config_or_a_bool():
     with pytest.raises(ConfigError, match="mask_void_turns"):
         RLConfig(mask_void_turns="yes")
+
+
+def test_the_default_scope_masks_the_loss_only_and_keeps_the_group_statistics():
+    """SimpleTIR's trainer multiplies only the loss mask by the void mask: the advantages are
+    computed over every rollout of the prompt.  A success whose seven group-mates are void keeps a
+    positive advantage (scope "loss"); dropped from the group statistics too ("loss_and_groups",
+    rl_lab before issue 53) it is alone in its group and gets 0."""
+    rewards = torch.tensor([1.0] + [0.0] * 7)
+    groups, valid = torch.zeros(8, dtype=torch.long), torch.ones(8, dtype=torch.bool)
+    void = torch.tensor([False] + [True] * 7)
+    mask = torch.ones(8, 3, dtype=torch.bool)
+    loss_mask, metrics = mask_void_rows(mask, valid, void)
+    assert loss_mask[0].all() and not loss_mask[1:].any() and metrics == {"filter/void_trajectories": 7}
+    adv = group_advantages(rewards, groups, valid, "grpo", "group")
+    assert adv[0] > 2                                          # (1 - 1/8) / std: a strong push up
+    kept, _ = drop_void_trajectories(valid, void)
+    assert group_advantages(rewards, groups, kept, "grpo", "group")[0] == 0
+
+
+@pytest.fixture
+def probe():
+    from rl_lab.method_specs import MethodSpec, register_method, unregister_method
+    register_method(MethodSpec("probe", "helpers:StepProbe", when=None))
+    yield
+    unregister_method("probe")
+
+
+@pytest.mark.parametrize("scope", ["loss", "loss_and_groups"])
+def test_a_trainer_step_keeps_the_void_row_in_its_group_only_under_the_loss_scope(scope, probe):
+    """Rows 0 and 1 answer one prompt; row 1 is cut mid-turn (void).  Scope "loss": row 0's
+    advantage is its reward against the group of both rows, and row 1 leaves the loss mask.
+    Scope "loss_and_groups": row 0 is alone in its group, advantage 0."""
+    batch, _ = scripted_batch(scripts=("(2*3)|6", "(1+1)" + "1" * 50, "7", "(9)|5"), length=24)
+    assert batch.has_void_turn.tolist() == [False, True, False, False]
+    row = step_on(batch, [], mask_void_turns={"scope": scope}, max_completion_length=24,
+                  extra_methods={"probe": True})
+    plain = step_on(batch, [], max_completion_length=24, extra_methods={"probe": True})
+    adv, mask = row["probe/advantages"], row["probe/mask"]
+    assert row["filter/void_trajectories"] == 1
+    assert not mask[1].any() and not adv[1].any()              # the void row trains no token
+    assert torch.equal(mask[0], plain["probe/mask"][0]) and mask[2:].equal(plain["probe/mask"][2:])
+    if scope == "loss":
+        assert adv[0].abs().max() > 0
+        assert torch.equal(adv[0], plain["probe/advantages"][0])   # the same advantage as without the filter
+        assert row["probe/trains"].all()
+    else:
+        assert not adv[0].any()                                    # alone in its group
+        assert row["probe/trains"].tolist() == [True, False, True, True]
+
+
+def test_mask_void_turns_true_is_simpletirs_scope():
+    assert RLConfig(mask_void_turns=True).mask_void_turns.scope == "loss"
+    assert RLConfig.from_dict({"mask_void_turns.scope": "loss_and_groups"}).mask_void_turns.scope == "loss_and_groups"
+    assert RLConfig(mask_void_turns=False).mask_void_turns is None
+    with pytest.raises(ConfigError, match="scope"):
+        RLConfig(mask_void_turns={"scope": "groups"})
 
 
 def test_logit_gradient_norm_is_the_autograd_norm():

@@ -77,3 +77,20 @@ def test_power_law_exponent_is_the_slope_scipy_fits_on_logs():
     x = np.array([16, 128, 512, 2048])
     y = 3 * x ** 1.4 * np.exp(RNG.normal(0, 0.1, len(x)))
     assert ours.power_law_exponent(x, y) == pytest.approx(stats.linregress(np.log(x), np.log(y)).slope, rel=1e-12)
+
+
+@pytest.mark.parametrize("table", [(8, 8, 3, 8), (0, 8, 4, 8), (6, 8, 4, 8), (5, 8, 5, 8), (0, 8, 0, 8), (2, 5, 7, 9)])
+def test_fisher_two_sided_is_scipys(table):
+    ha, na, hb, nb = table
+    want = stats.fisher_exact([[ha, na - ha], [hb, nb - hb]], alternative="two-sided").pvalue
+    assert ours.fisher_two_sided(*table) == pytest.approx(want, rel=1e-9)
+
+
+@pytest.mark.parametrize("a, b", [([0.8, 0.0, 0.7, 0.75, 0.01, 0.8, 0.0, 0.78], [0.0, 0.01, 0.7, 0.0, 0.0, 0.6, 0.02, 0.0]),
+                                  ([1, 2, 3], [2, 4, 6, 8]), ([0.5] * 4, [0.5] * 4)])
+def test_permutation_test_is_scipys_exact_test(a, b):
+    """Two-sided as |difference| >= observed (scipy's "two-sided" doubles the smaller tail instead,
+    which differs for unequal group sizes): scipy's exact test of |mean(x) - mean(y)|, "greater"."""
+    r = stats.permutation_test((a, b), lambda x, y: abs(np.mean(x) - np.mean(y)), permutation_type="independent",
+                               alternative="greater", n_resamples=np.inf)
+    assert ours.permutation_test(a, b) == pytest.approx(r.pvalue, rel=1e-9)

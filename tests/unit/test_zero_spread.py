@@ -87,3 +87,30 @@ def test_zero_spread_options_are_validated():
         RLConfig(filter_groups={"max_num_gen_batches": 2.5})
     assert RLConfig(filter_groups=True).filter_groups.max_num_gen_batches == 3
     assert RLConfig(filter_groups=False).filter_groups is None
+
+
+@pytest.mark.parametrize("extra", [dict(beta=0.1), dict(teacher_kl={"coef": 0.1, "model": "warm-start"}),
+                                   dict(imitation={"coef": 0.1}),
+                                   dict(empg={"normalize": "sum"}, task="multiplication_tool", model="warm-start",
+                                        max_completion_length=24, learning_rate=5e-4)],
+                         ids=["reference_kl", "teacher_kl", "imitation", "empg_sum"])
+def test_the_skip_also_discards_the_gradients_that_do_not_vanish_without_spread(extra):
+    """skip_zero_spread_steps decides on the rewards alone: a step without reward spread takes no
+    optimizer step even when a KL to the reference or a teacher, an imitation term or EMPG's
+    whitened bonus has a nonzero gradient there (documented in RLConfig.skip_zero_spread_steps)."""
+    for skip in (False, True):
+        if extra.get("model") == "warm-start":                # EMPG's bonus needs episodes with two turns
+            reward = Switch()
+            trainer = Trainer(RLConfig(**{**SMALL, **extra}, skip_zero_spread_steps=skip, max_steps=3),
+                              reward_funcs=[reward])
+        else:
+            trainer, reward = _trainer(skip_zero_spread_steps=skip, **extra)
+        trainer.step()                                        # spread: a real update (the reference moves apart)
+        before = _weights(trainer)
+        reward.flat = True
+        m = trainer.step()
+        same = all(torch.equal(a, b) for a, b in zip(before, _weights(trainer)))
+        if skip:
+            assert same and m["filter/zero_spread_skipped"] == 1
+        else:
+            assert m["grad_norm"] > 0 and not same            # the extra term alone moves the weights
