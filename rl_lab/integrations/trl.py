@@ -46,7 +46,7 @@ MASK_FLOOR = math.exp(-20.0)
 """rl_lab's smallest importance weight: it clamps the log-ratio at -20 (verl's SAFETY_BOUND), so a
 lower bound at or below exp(-20) keeps every ratio, as TRL's mask modes do with clip_min=None."""
 FIXED_ARGS = {
-    "use_cpu": False, "bf16": False, "fp16": False, "gradient_checkpointing": False,
+    "bf16": False, "fp16": False, "gradient_checkpointing": False,
     "gradient_accumulation_steps": 1, "steps_per_generation": 1, "shuffle_dataset": False,
     "logging_steps": 1, "report_to": "none", "disable_tqdm": True, "dataloader_num_workers": 0,
     "optim": "adamw_torch", "use_bias_correction_kl": False,
