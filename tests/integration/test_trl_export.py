@@ -54,10 +54,11 @@ def test_the_table_covers_every_rlconfig_field_once():
 
 
 def test_the_defaults_export_and_every_exported_key_is_written():
-    args = grpo_config_args(RLConfig())
+    full = grpo_config_args(RLConfig(use_vllm=True, rollout_correction=dict(rollout_is="token")))
     for row in TRL_FIELD_MAP:
-        assert set(row.keys) - {"vllm_mode"} <= set(args), row.field     # vllm_mode only with use_vllm
-    assert grpo_config_args(RLConfig(use_vllm=True))["vllm_mode"] == "colocate"
+        assert set(row.keys) <= set(full), row.field
+    assert full["vllm_mode"] == "colocate"
+    args = grpo_config_args(RLConfig())
     assert args["per_device_train_batch_size"] == 64                 # 8 prompts x 8 completions
     assert args["vllm_importance_sampling_correction"] is False      # rl_lab's default: no weights
     assert args["loss_type"] == "dapo" and args["use_bias_correction_kl"] is False
