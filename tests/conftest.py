@@ -37,6 +37,7 @@ XDIST_GROUPS = {
     "test_vllm_engine": "vllm", "test_vllm_episodes": "vllm",
     "test_golden_methods": "golden_methods", "test_compare": "compare", "test_lora": "lora",
     "test_sweep": "sweep", "test_verl_export": "verl_export", "test_environment": "environment",
+    "test_trl_conformance": "trl_conformance",
 }
 
 

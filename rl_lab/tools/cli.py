@@ -1,5 +1,5 @@
 """Command line: `rl-lab train`, `rl-lab plot`, `rl-lab sweep`, `rl-lab warmstart`, `rl-lab doctor`,
-`rl-lab export verl`, `rl-lab import-metrics`, `rl-lab diagnose`.
+`rl-lab export verl|trl`, `rl-lab import-metrics`, `rl-lab diagnose`.
 
     rl-lab train --task addition --preset smoke --out runs/x
     rl-lab train --config my.yaml --set learning_rate=3e-4 --set sampler_dtype=bfloat16
@@ -10,6 +10,7 @@
     rl-lab sweep grid.yaml --workers 2          # a grid x seeds; one row per run in <out>/results.csv
     rl-lab doctor                               # is this machine ready for the labs? (exit 1 if not)
     rl-lab export verl --config my.yaml --out verl_run   # a verl 0.9.1 run of the same config (chapter 13)
+    rl-lab export trl --config my.yaml --out trl_run     # a TRL 1.16 GRPOTrainer run of it (train_trl.py)
     rl-lab import-metrics verl.jsonl --out runs/cluster  # a verl run's metrics under rl_lab's names
     rl-lab diagnose verl.jsonl --plot d.png     # collapsed? why? which verl overrides to try (exit 0/1/3)
 """
@@ -156,8 +157,9 @@ def main(argv=None) -> int:
     ws = sub.add_parser("warmstart", help="build the warm-start checkpoints (see python -m rl_lab.tools.warmstart -h)")
     ws.add_argument("rest", nargs=argparse.REMAINDER)
     from rl_lab.integrations.verl_cli import add_export_arguments, add_import_arguments
-    add_export_arguments(sub.add_parser("export", help="write an RLConfig as a verl run: overrides, command, data, "
-                                        "reward, model (see rl_lab.integrations.verl)"))
+    add_export_arguments(sub.add_parser("export", help="write an RLConfig as a verl run (overrides, command, "
+                                        "data, reward, model) or a TRL run (GRPOConfig arguments, train_trl.py, data, "
+                                        "model); see rl_lab.integrations.verl and .trl"))
     add_import_arguments(sub.add_parser("import-metrics", help="read a verl run's logged metrics into "
                                         "<out>/metrics.jsonl, under Trainer.metrics() names"))
     from rl_lab.tools.doctor import add_arguments as add_doctor_arguments
