@@ -98,6 +98,14 @@ def _rows() -> list[MetricName]:
           "code"),
         R("open-instruct", "policy/entropy_avg", "entropy", "policy entropy", "code"),
         R("open-instruct", "lr", "learning_rate", "learning rate", "code"),
+        # rl_lab's own trainer (rl_lab/trainer.py, rl_lab/monitors.py): TRL's names where the quantity is
+        # the same, and one where it is not (a run's own metrics.jsonl is read as it is, without this table)
+        R("rl_lab", "sampling/importance_sampling_ratio/max", None,
+          "the largest per-token ratio pi/mu BEFORE any truncation: TRL's same name is after it", "code"),
+        R("rl_lab", "sampling/sampling_logp_difference/max", None,
+          "max |log pi - log mu| over tokens, as TRL's", "code"),
+        R("rl_lab", "rollout_corr/tokens_differ", None,
+          "share of tokens whose two log-probs are not bitwise equal (0 only under exact zero)", "code"),
     ]
 
 
