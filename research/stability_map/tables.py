@@ -213,7 +213,7 @@ def decision_checks() -> dict:
         assert nine is not None and nine["verdict"] == "held at four stale steps on nine seeds", nine
 
     def stale_mild():
-        nine = nine_seed_table(2).set_index("method")
+        nine = nine_seed_table(2)
         assert set(nine.index[nine["verdict"] == "keeps reward"]) == {"token_tis", "seq_tis", "seq_mis", "bypass_ppo_clip"}
         assert nine.loc["seq_mis_one_sided", "verdict"] == "null" and nine["diff"].idxmax() == "bypass_ppo_clip"
         corr = map_corrections().query("sampler_staleness == 2 and learning_rate == 5e-4")
@@ -524,21 +524,23 @@ def early_warning_facts(warn, runs, cross, split) -> dict:
             "alarmed_min_staleness": int(runs.loc[alarmed, "sampler_staleness"].min())}
 
 
-CURVES = {"fresh sampler": (("staleness_lr",), 0), "sampler 4 steps stale": (("staleness_lr", "corr_none"), 4),
+CURVES = {"fresh sampler": (("staleness_lr",), 0), "sampler 2 steps stale": (("staleness_lr",), 2),
+          "sampler 4 steps stale": (("staleness_lr", "corr_none"), 4),
           "4 steps stale + bypass PPO-clip": (("corr_bypass_ppo_clip",), 4)}
-"""The three cells of the chapter's first figure: (specs, staleness); corr_none repeats map cells."""
+"""The four cells of the chapter's first figure: (specs, staleness); corr_none repeats map cells.
+Two steps stale is the cell whose runs first learn, then fall (issue 52, reader obstacle 7)."""
 
 
 def reward_curves(ax=None):
     """The chapter's first figure: the reward of the shipped runs (lr 5e-4, seeds 0-2) with a fresh
-    sampler, a 4-step-stale one and the stale one with bypass PPO-clip.  Returns the figure."""
+    sampler, a 2- and a 4-step-stale one and the 4-step-stale one with bypass PPO-clip.  Returns the figure."""
     import matplotlib.pyplot as plt
 
     from rl_lab.toolkits import collapse
 
     series = pd.read_csv(HERE / "results" / "monitor_series.csv.gz")
     smap = stability_map().drop_duplicates("run_id").set_index("run_id")
-    fig, ax = plt.subplots(figsize=(7.5, 3.8)) if ax is None else (ax.figure, ax)
+    fig, ax = plt.subplots(figsize=(7.5, 4.2)) if ax is None else (ax.figure, ax)
     for i, (label, (spec, stale)) in enumerate(CURVES.items()):
         ids = smap.index[smap["spec"].isin(spec) & (smap["sampler_staleness"] == stale)
                          & (smap["learning_rate"] == 5e-4) & (smap["seed"] <= 2)]
@@ -546,11 +548,11 @@ def reward_curves(ax=None):
         for j, rid in enumerate(ids):
             d = series[series["run_id"] == rid].sort_values("step")
             r = collapse.moving_average(d["reward"].to_numpy(float), collapse.WINDOW)
-            ax.plot(d["step"].to_numpy()[collapse.WINDOW - 1:], r, color=f"C{i}", lw=1.2,
+            ax.plot(d["step"].to_numpy()[collapse.WINDOW - 1:], r, color=f"C{i}", lw=1.2, ls="--" if stale == 2 else "-",
                     label=f"{label} ({len(ids)} seeds)" if j == 0 else None)
     ax.set(xlabel="GRPO step", ylabel="reward (20-step moving average)", ylim=(0, 0.7),
            title="0.3M model, addition, learning rate 5e-4")
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3, frameon=False)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, frameon=False)
     fig.tight_layout()
     return fig
 
