@@ -524,7 +524,7 @@ def early_warning_facts(warn, runs, cross, split) -> dict:
             "alarmed_min_staleness": int(runs.loc[alarmed, "sampler_staleness"].min())}
 
 
-CURVES = {"fresh sampler": (("staleness_lr",), 0), "sampler 2 steps stale": (("staleness_lr",), 2),
+CURVES = {"fresh sampler": (("staleness_lr",), 0), "sampler 2 steps stale": (("staleness_lr", "corr_none"), 2),
           "sampler 4 steps stale": (("staleness_lr", "corr_none"), 4),
           "4 steps stale + bypass PPO-clip": (("corr_bypass_ppo_clip",), 4)}
 """The four cells of the chapter's first figure: (specs, staleness); corr_none repeats map cells.
