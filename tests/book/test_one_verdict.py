@@ -34,7 +34,7 @@ TABLE_PAGES = [ROOT / f"{p}.md" for p in DATA["pages"]]
 PAGES = sorted((ROOT / "book").glob("*.md")) + sorted((ROOT / "labs").glob("*.md"))
 ISSUE49 = {"truncation", "batch_variant", "tensor_parallel", "weight_sync", "routing"}
 NO_VERDICT = {"see chapter 'Where the mismatch comes from'", "not yet measured"}
-DIRECTIVE = re.compile(r"^```\{decision-table\}", re.M)
+DIRECTIVE = re.compile(r"^ *```\{decision-table\}", re.M)
 
 
 def _tables():
@@ -84,7 +84,7 @@ def test_every_measured_row_has_a_check():
 def test_the_pages_render_the_decision_table(page):
     text = page.read_text(encoding="utf-8")
     assert DIRECTIVE.search(text), f"{page.relative_to(ROOT)} does not render the decision table"
-    for rows in re.findall(r"^```\{decision-table\}\n:rows:\s*(.*)$", text, flags=re.M):
+    for rows in re.findall(r"^ *```\{decision-table\}\n *:rows:\s*(.*)$", text, flags=re.M):
         decisions.select(DATA, [r.strip() for r in rows.split(",")])      # unknown ids raise
 
 
