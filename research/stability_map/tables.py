@@ -172,6 +172,73 @@ def pilot_corrections_table() -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- corrections on the map
+def stale4_bypass_nine() -> dict:
+    """The nine-seed stale-4 bypass arm (NOTES.md, "Bypass at four stale steps on nine seeds";
+    results/corr9s4_bypass_ppo_clip) against the nine uncorrected seeds of the same cell: Fisher
+    one-sided on collapses and Welch on the last-fifth reward, Holm over the two, the verdict as
+    pre-registered, and the clip fractions (clipfrac.csv).  None while the arm has not run."""
+    folder = HERE / "results" / "corr9s4_bypass_ppo_clip"
+    if not (folder / "results.csv").exists():
+        return None
+    arm = pd.read_csv(folder / "results.csv").drop_duplicates("run_id")
+    control = staleness_runs().query("sampler_staleness == 4 and learning_rate == 5e-4")
+    w = welch(arm["reward_last"], control["reward_last"])
+    k, n, kc, nc = int(arm["collapsed"].sum()), len(arm), int(control["collapsed"].sum()), len(control)
+    fisher = fisher_one_sided(k, n, kc, nc, "less")
+    p_fisher, p_welch = holm([fisher, w["p"]])
+    held = p_fisher < ALPHA and p_welch < ALPHA and w["diff"] > 0 and k <= 1
+    clip = pd.read_csv(folder / "clipfrac.csv")
+    panel = map_corrections().query("method == 'bypass_ppo_clip' and sampler_staleness == 4 and learning_rate == 5e-4")
+    first3 = arm[arm["seed"] <= 2].set_index("seed")["collapsed"].astype(bool)
+    return {"collapses": k, "seeds": n, "control_collapses": kc, "control_seeds": nc,
+            "reward_last": arm["reward_last"].mean(), "control_reward_last": control["reward_last"].mean(),
+            "t": w["t"], "p_fisher_holm": p_fisher, "p_welch_holm": p_welch,
+            "verdict": "held at four stale steps on nine seeds" if held else "not resolved",
+            "clipfrac_mean": clip["clipfrac_mean"].mean(), "clipfrac_span": span(clip["clipfrac_mean"], "{:.3f}"),
+            "clipfrac_first": clip["clipfrac_first"].mean(), "clipfrac_last": clip["clipfrac_last"].mean(),
+            "seeds_0_2_reproduce": bool((panel.set_index("seed")["collapsed"].astype(bool).reindex(first3.index)
+                                         == first3).all())}
+
+
+def decision_checks() -> dict:
+    """book/data/decisions.yaml's `check` -> a function that asserts that row's verdict on the result
+    files (tests/book/test_one_verdict.py runs them).  Each raises AssertionError if the files say
+    otherwise."""
+    def stale_severe():
+        cells = per_cell(pilot_corrections(), ["method"])
+        assert cells.loc["bypass PPO-clip", "collapses"] == 0
+        others = cells.drop(index=["bypass PPO-clip", "none"])
+        assert (others["collapses"] >= 2).all(), "a correction other than bypass prevented the stale-4 collapse"
+        nine = stale4_bypass_nine()
+        assert nine is not None and nine["verdict"] == "held at four stale steps on nine seeds", nine
+
+    def stale_mild():
+        nine = nine_seed_table(2)
+        assert set(nine.index[nine["verdict"] == "keeps reward"]) == {"token_tis", "seq_tis", "seq_mis", "bypass_ppo_clip"}
+        assert nine.loc["seq_mis_one_sided", "verdict"] == "null" and nine["diff"].idxmax() == "bypass_ppo_clip"
+        corr = map_corrections().query("sampler_staleness == 2 and learning_rate == 5e-4")
+        tok, seq = (corr[corr["method"] == m]["reward_last"] for m in ("token_tis", "seq_tis"))
+        assert welch(seq, tok)["p"] >= ALPHA, "token and sequence TIS are distinguished at this scale"
+
+    def post_pattern():
+        warn = early_warning()[0]
+        assert not warn["works"].any(), "a monitor met the early-warning criterion"
+
+    def precision():
+        stationary = per_cell(pilot_runs(), ["sampler", "learning_rate"])
+        moving = [s for s in stationary.index.get_level_values(0).unique() if not s.startswith(("stale", "fp32"))]
+        assert stationary.loc[moving, "collapses"].sum() == 0
+        lh = long_horizon()
+        assert lh.loc[lh["source"] == "bf16", "collapses"].sum() == 0
+
+    def step_one():
+        stationary = per_cell(pilot_runs(), ["sampler", "learning_rate"])
+        hidden = [s for s in stationary.index.get_level_values(0).unique() if s.startswith(("hidden", "min_p"))]
+        assert len(hidden) == 2 and stationary.loc[hidden, "collapses"].sum() == 0
+
+    return {f.__name__: f for f in (stale_severe, stale_mild, post_pattern, precision, step_one)}
+
+
 def map_corrections() -> pd.DataFrame:
     """Panel 2 (seeds 0-2 at stale 2/4 x lr 2e-4/5e-4) and the nine-seed runs (seeds 3-8, and the
     one-sided Seq-MIS on 0-8), with a `method` column; no correction is the panel-1 runs."""
@@ -457,21 +524,23 @@ def early_warning_facts(warn, runs, cross, split) -> dict:
             "alarmed_min_staleness": int(runs.loc[alarmed, "sampler_staleness"].min())}
 
 
-CURVES = {"fresh sampler": (("staleness_lr",), 0), "sampler 4 steps stale": (("staleness_lr", "corr_none"), 4),
+CURVES = {"fresh sampler": (("staleness_lr",), 0), "sampler 2 steps stale": (("staleness_lr", "corr_none"), 2),
+          "sampler 4 steps stale": (("staleness_lr", "corr_none"), 4),
           "4 steps stale + bypass PPO-clip": (("corr_bypass_ppo_clip",), 4)}
-"""The three cells of the chapter's first figure: (specs, staleness); corr_none repeats map cells."""
+"""The four cells of the chapter's first figure: (specs, staleness); corr_none repeats map cells.
+Two steps stale is the cell whose runs first learn, then fall (issue 52, reader obstacle 7)."""
 
 
 def reward_curves(ax=None):
     """The chapter's first figure: the reward of the shipped runs (lr 5e-4, seeds 0-2) with a fresh
-    sampler, a 4-step-stale one and the stale one with bypass PPO-clip.  Returns the figure."""
+    sampler, a 2- and a 4-step-stale one and the 4-step-stale one with bypass PPO-clip.  Returns the figure."""
     import matplotlib.pyplot as plt
 
     from rl_lab.toolkits import collapse
 
     series = pd.read_csv(HERE / "results" / "monitor_series.csv.gz")
     smap = stability_map().drop_duplicates("run_id").set_index("run_id")
-    fig, ax = plt.subplots(figsize=(7.5, 3.8)) if ax is None else (ax.figure, ax)
+    fig, ax = plt.subplots(figsize=(7.5, 4.2)) if ax is None else (ax.figure, ax)
     for i, (label, (spec, stale)) in enumerate(CURVES.items()):
         ids = smap.index[smap["spec"].isin(spec) & (smap["sampler_staleness"] == stale)
                          & (smap["learning_rate"] == 5e-4) & (smap["seed"] <= 2)]
@@ -479,11 +548,11 @@ def reward_curves(ax=None):
         for j, rid in enumerate(ids):
             d = series[series["run_id"] == rid].sort_values("step")
             r = collapse.moving_average(d["reward"].to_numpy(float), collapse.WINDOW)
-            ax.plot(d["step"].to_numpy()[collapse.WINDOW - 1:], r, color=f"C{i}", lw=1.2,
+            ax.plot(d["step"].to_numpy()[collapse.WINDOW - 1:], r, color=f"C{i}", lw=1.2, ls="--" if stale == 2 else "-",
                     label=f"{label} ({len(ids)} seeds)" if j == 0 else None)
     ax.set(xlabel="GRPO step", ylabel="reward (20-step moving average)", ylim=(0, 0.7),
            title="0.3M model, addition, learning rate 5e-4")
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3, frameon=False)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2, frameon=False)
     fig.tight_layout()
     return fig
 

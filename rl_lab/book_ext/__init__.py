@@ -4,4 +4,5 @@ Sphinx, which is not a runtime dependency, and nothing in rl_lab imports them
 
   repository  the repository URL and the launch buttons that need it
   solutions   exercise solutions as closed dropdowns, or left out (RL_LAB_SOLUTIONS=0)
+  decisions   the decision table (which correction when) from book/data/decisions.yaml
 """

@@ -21,6 +21,8 @@ TYPED_OK = {
         "the two settings side by side: the post's column is quoted, the book's column names setups",
     ("book/ch_when_speed_kills.md", "|metric|meaning|whattoexpect|"):
         "definitions of the logged metrics (its only numbers are quoted from the post)",
+    ("book/ch_when_speed_kills.md", "|question|answeronthetinymodels|strengthofevidence|"):
+        "the plain answers (issue 52): words, each pointing to the rendered tables below it",
     ("book/ch_when_speed_kills.md", "|claimofthepost|wherethisbooktestsit|scale|verdict|"):
         "the claims table: verdicts in words, each pointing to the rendered evidence",
 }
