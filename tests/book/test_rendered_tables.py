@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = ["book/ch_when_speed_kills.md", "labs/lab_when_speed_kills.md"]
+PAGES = ["book/ch_when_speed_kills.md", "labs/lab_when_speed_kills.md", "book/ch_mismatch_sources.md",
+         "labs/lab_break_it_fix_it.md"]
 
 # (page, the table's header row without spaces) -> why it is typed
 TYPED_OK = {
