@@ -321,7 +321,7 @@ def mapping_table_markdown() -> str:
 SCRIPT = '''"""TRL {version} GRPO run of the rl_lab task {task!r}, written by `rl-lab export trl`.
 
     python train_trl.py                      # the whole run ({max_steps} steps), into ./trl_output
-    python train_trl.py --max-steps 1 --output-dir /tmp/x
+    python train_trl.py --max-steps 1 --output-dir trl_smoke
 
 Reads grpo_config.json (GRPOConfig's arguments), data/train.jsonl (rl_lab's prompt stream for this
 seed, in order) and model/ (the model and its tokenizer).  Scores with the task's own reward, so
