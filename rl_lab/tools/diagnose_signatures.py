@@ -15,8 +15,8 @@ rl_lab, verl 0.9.1 and TRL 1.16 (where one exists) and how sure it is.  The rule
   TRUNC_GAP and k3's median is below it.  Per step, k1 - k3 = 1 - mean(rho) exactly (k3 = mean(rho
   - 1 - log rho), k1 = mean(-log rho) on the same tokens): with full support E[rho] = 1, so the gap
   is noise around 0 whatever the mismatch's size; a sampler that drops mass the trainer scores
-  (top-p, top-k, min-p) makes rho = pi / mu <= S < 1 on every token, so the gap is the kept-mass
-  deficit 1 - S, and k3 reads low (~(1 - S)^2 / 2) beside it.  Without k1 (TRL) the gap is
+  (top-p, top-k, min-p) makes rho = pi / mu = S < 1 on every token (S: the kept mass), so the gap
+  is the kept-mass deficit 1 - S, and k3 reads low (~(1 - S)^2 / 2) beside it.  Without k1 (TRL) the gap is
   1 - median(rho's logged mean).  Confidence is high when the log-ratio is also one-signed
   (rho's max <= 1, or no sequence with the sampler below the trainer, at ONE_SIDED of the steps).
 * **staleness** (a first step that is on-policy): k3 at the first logged step is at most
@@ -215,7 +215,7 @@ def signatures(df, found, steps: np.ndarray) -> list[Signature]:
         add("truncation",
             f"rho's mean sat {gap:.3g} below 1 (median step; {gap_how}) while k3 read {level:.3g}"
             + (f"; {side_how} at {share:.0%} of the steps" if share is not None else ""),
-            "a sampler that drops mass the trainer scores makes rho <= kept mass < 1 on every token (TRL #6789, "
+            "a sampler that drops mass the trainer scores makes rho equal the kept mass, below 1, on every token (TRL #6789, "
             "prime-rl #3235); with full support E[rho] = 1 whatever the mismatch, so the gap is not noise",
             ("high: the log-ratio is one-signed too" if sure else
              "medium: the log-ratio is not one-signed (or not logged): another mismatch adds to the truncation"))
