@@ -163,3 +163,22 @@ def test_every_source_has_a_fix_per_framework():
     assert "fp16=True" in sig.fix_for("precision")["trl"]
     assert "full_determinism=true" in sig.fix_for("reduction_order")["verl"]
     assert "bypass_mode=true" in sig.fix_for("staleness")["verl"]
+
+
+# ------------------------------------------------------------------ the shipped evaluation is of these rules
+def test_the_shipped_evaluation_reproduces_from_the_shipped_steps():
+    """research/mismatch_sources/results/diagnose_eval.csv (the pre-registered held-out evaluation)
+    is what the rules as shipped give on the shipped per-step file: a change to a rule that changes a
+    name fails here, and the evaluation must be rerun and reported."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "research/mismatch_sources"
+    spec = importlib.util.spec_from_file_location("diagnose_eval", root / "diagnose_eval.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    ev = module.evaluate(pd.read_csv(root / "results/s1_steps.csv.gz"))
+    shipped = pd.read_csv(root / "results/diagnose_eval.csv")
+    cols = ["arm", "seed", "split", "named", "hit", "wrong"]
+    pd.testing.assert_frame_equal(ev[cols].reset_index(drop=True), shipped[cols].reset_index(drop=True))
+    assert module.verdict(ev)[0]
