@@ -225,6 +225,10 @@ def decision_checks() -> dict:
         assert not warn["works"].any(), "a monitor met the early-warning criterion"
 
     def precision():
+        precision_map()
+        precision_sources()
+
+    def precision_map():
         stationary = per_cell(pilot_runs(), ["sampler", "learning_rate"])
         moving = [s for s in stationary.index.get_level_values(0).unique() if not s.startswith(("stale", "fp32"))]
         assert stationary.loc[moving, "collapses"].sum() == 0
@@ -236,7 +240,72 @@ def decision_checks() -> dict:
         hidden = [s for s in stationary.index.get_level_values(0).unique() if s.startswith(("hidden", "min_p"))]
         assert len(hidden) == 2 and stationary.loc[hidden, "collapses"].sum() == 0
 
-    return {f.__name__: f for f in (stale_severe, stale_mild, post_pattern, precision, step_one)}
+    def precision_sources():
+        _not_resolved("bf16", "fp16", "bf16_head32")
+        sources = sources_study()
+        for arm in ("bf16", "fp16", "bf16_head32"):
+            runs = sources.arm(f"s1_{arm}")
+            assert (runs["k3_kl_mean"] > 0).all() and (runs["k3_kl_mean"] < 1e-2).all(), arm       # small
+            assert (runs["tokens_differ_mean"] > 0.9).all(), f"{arm}: not nearly every token differs"
+            _named(arm, "precision")
+
+    def truncation():
+        _not_resolved("top_p")
+        runs = sources_study().arm("s1_top_p")
+        # chi^2 per token = mean(rho^2) - 1 < 0 means mean(rho) < 1 (Jensen): rho's mean below one
+        assert (runs["chi2_token_mean"] < 0).all(), "rho's mean was not below one in every top-p run"
+        _named("top_p", "truncation")
+
+    def reduction_order(arm):
+        def check():
+            _not_resolved(arm)
+            sources = sources_study()
+            runs = sources.arm(f"s1_{arm}").set_index("seed").sort_index()
+            control = sources.arm("s1_control").set_index("seed").sort_index()
+            assert list(runs.index) == list(control.index)
+            for col in ("reward_last", "eval_reward", "reward_peak"):
+                assert (runs[col] == control[col]).all(), f"{arm}: {col} differs from the control's"
+            assert ((runs["k3_kl_mean"] > 0) & (runs["k3_kl_mean"] < 1e-9)).all(), f"{arm}: not float32 rounding"
+            _named(arm, "reduction_order")
+        check.__name__ = "batch_variant" if arm == "batch_variant" else "tensor_parallel"
+        return check
+
+    def weight_sync():
+        _not_resolved("sync_skip", "sync_bf16")
+        _named("sync_skip", "weight_sync")
+        _named("sync_bf16", "precision")
+
+    return {f.__name__: f for f in (stale_severe, stale_mild, post_pattern, precision, step_one, truncation,
+                                    reduction_order("batch_variant"), reduction_order("tp4"), weight_sync)}
+
+
+def sources_study():
+    """research/mismatch_sources/summarize.py (the source-by-source study, issue 49), loaded by path."""
+    spec = importlib.util.spec_from_file_location("mismatch_sources_summary", RESEARCH / "mismatch_sources/summarize.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _not_resolved(*arms: str) -> None:
+    """Stage 1's pre-registered verdict for each source arm is "not resolved at this scale", and the
+    arm collapsed no run; the control is exactly zero (the check before any verdict)."""
+    sources = sources_study()
+    assert sources.control_check("s1")["exact"], "the exact-zero control is not exactly zero"
+    table = sources.source_table("s1")
+    assert "verdict" in table, "stage 1 is incomplete"
+    verdict = table.set_index("source")["verdict"]
+    for arm in arms:
+        assert verdict[sources.SOURCES[arm]] == "not resolved at this scale", (arm, verdict[sources.SOURCES[arm]])
+        assert sources.arm(f"s1_{arm}")["collapsed"].sum() == 0, f"{arm} collapsed a run"
+
+
+def _named(arm: str, source: str) -> None:
+    """rl-lab diagnose named `source` on every run of the arm, dev and held-out seeds
+    (research/mismatch_sources/results/diagnose_eval.csv)."""
+    ev = pd.read_csv(RESEARCH / "mismatch_sources/results/diagnose_eval.csv")
+    runs = ev[ev["arm"] == f"s1_{arm}"]
+    assert len(runs) == 9 and runs["named"].str.split(";").apply(lambda n: source in n).all(), (arm, source)
 
 
 def map_corrections() -> pd.DataFrame:

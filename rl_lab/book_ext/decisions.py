@@ -37,6 +37,8 @@ def load(path: Path = DATA) -> dict:
             raise ValueError(f"{path}: row {row.get('id')!r} lacks {missing}")
         if row["strength"] not in STRENGTH:
             raise ValueError(f"{path}: row {row['id']!r}: strength {row['strength']!r} not in {sorted(STRENGTH)}")
+        if row.get("fix_strength", "pending") not in STRENGTH:
+            raise ValueError(f"{path}: row {row['id']!r}: fix_strength {row['fix_strength']!r} not in {sorted(STRENGTH)}")
     return data
 
 
@@ -58,6 +60,8 @@ def markdown_table(ids: list[str] | None = None, data: dict | None = None) -> st
     for row in select(data, ids):
         backed = "; ".join(f"`{p}`" for p in row["backed_by"]) + "; " + row["table"]
         how_sure = f"**{STRENGTH[row['strength']]}**: {row['how_sure']}"
+        if row.get("fix_strength"):
+            how_sure += f". The fix: **{STRENGTH[row['fix_strength']]}**"
         cells = (row["situation"], row["signal"], row["start_from"], row["verdict"], how_sure, backed)
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines)

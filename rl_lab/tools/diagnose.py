@@ -43,6 +43,13 @@ numbers): with TRL's logging_steps=10 a 20-step window is two records.
   end of a warmup) at most LR_WARMUP_GAP steps before it: **learning-rate**.  Else a collapse whose
   k3 was low and did not rise: **not the mismatch**; no mismatch metric at all: **blind** (the
   evidence is missing, which is not a cause: the report says so apart from the verdict).
+* **Where the mismatch comes from** (rl_lab.tools.diagnose_signatures, issue 49): a weight-sync
+  fault (k3 jumps two orders of magnitude above its running level and falls back), truncated
+  sampling (rho's mean below 1 by a kept-mass deficit while k3 reads low), a stale sampler (k3 ~0
+  at the first step, high after it), precision (a steady 16-bit rounding level) or reduction order
+  (float32 rounding): each finding names the probable source, its fix in rl_lab, verl and TRL, and
+  how sure; they do not change the verdict.  Written on seeds 0-3 of research/mismatch_sources'
+  stage 1 and evaluated on its seeds 4-8 (its NOTES.md).
 * A run that did not collapse gets a **warning** (exit 3) for a suspected bug, a mismatch level, a
   rise, or a gradient blow-up; else it is **healthy**.
 
@@ -87,6 +94,7 @@ from rl_lab.tools.diagnose_output import figure, plot, report
 from rl_lab.tools.diagnose_readers import finite as _finite
 from rl_lab.tools.diagnose_readers import load_run, parse_map
 from rl_lab.tools.diagnose_setup import read_run_setup, read_setup, read_verl_setup, setup_findings
+from rl_lab.tools.diagnose_signatures import signatures
 from rl_lab.tools.metric_names import K3
 
 __all__ = ["diagnose", "load_run", "report", "figure", "plot", "watch", "read_verl_setup", "read_setup",
@@ -259,6 +267,9 @@ def _mismatch_rules(df, d: Diagnosis, steps, window: int, setup: dict) -> None:
                 "logs sampling/* with use_vllm and vllm_importance_sampling_correction", "high"))
     else:
         _k3_rules(d, found, steps, window, fall)
+        for sig in signatures(df, found, steps):
+            d.findings.append(sig.finding)
+            d.sources.append({"source": sig.source, "fix": sig.fix})
         if d.verdict == "collapsed" and d.cause == "not-the-mismatch" and lr_why:
             d.cause = "learning-rate"
     if lr_why:

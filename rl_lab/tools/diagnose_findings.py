@@ -21,6 +21,7 @@ class Finding:
     observed: str        # what the run showed, with step numbers
     evidence: str        # where the rule comes from
     confidence: str      # high / medium / low, and why
+    fix: str = ""        # a source finding's fix: rl_lab, verl 0.9.1 and TRL 1.16 options
 
 
 @dataclass
@@ -49,6 +50,8 @@ class Diagnosis:
     missing: list = field(default_factory=list)     # expected columns the input lacks
     warnings: list = field(default_factory=list)    # what the reader dropped or assumed
     setup: dict = field(default_factory=dict)       # the run's settings, when read
+    sources: list = field(default_factory=list)     # probable sources of the mismatch: {source, fix}
+                                                    # (rl_lab.tools.diagnose_signatures)
 
     @property
     def exit_code(self) -> int:

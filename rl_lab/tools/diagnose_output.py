@@ -37,6 +37,8 @@ def report(d: Diagnosis) -> str:
         lines.append(f"early levels ({EARLY[0]}-{EARLY[1] - 1} steps after the first): {shown}")
     for f in d.findings:
         lines += [f"- {f.rule}: {f.observed}", f"    evidence: {f.evidence}", f"    confidence: {f.confidence}"]
+        if f.fix:
+            lines.append(f"    fix: {f.fix}")
     if d.overrides:
         known = d.framework in LANGUAGE
         lines.append(f"try ({LANGUAGE.get(d.framework, LANGUAGE['verl'])}), in this order:"

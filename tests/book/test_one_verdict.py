@@ -4,8 +4,9 @@
 rendered by the `{decision-table}` directive (rl_lab/book_ext/decisions.py).  These tests check that
 
 * the file is well formed: every row names a strength, a verdict and the result files that back it,
-  and those files exist; rows for the sources chapter "Where the mismatch comes from" measures
-  carry no verdict of their own until its results exist;
+  and those files exist; the rows of the sources chapter "Where the mismatch comes from" (issue 49)
+  carry stage 1's measured verdict, backed by the study's result files and checked, with their fix
+  pending until stage 2 has run (routing, not a dial of that study, carries no verdict);
 * each verdict holds on the result files (`decision_checks()` in research/stability_map/tables.py:
   asserts that fail if a rerun changes the outcome);
 * the pages the file names render the table, and the directive renders it (a one-page Sphinx build);
@@ -32,7 +33,9 @@ DATA = decisions.load()
 ROWS = DATA["rows"]
 TABLE_PAGES = [ROOT / f"{p}.md" for p in DATA["pages"]]
 PAGES = sorted((ROOT / "book").glob("*.md")) + sorted((ROOT / "labs").glob("*.md"))
-ISSUE49 = {"truncation", "batch_variant", "tensor_parallel", "weight_sync", "routing"}
+ISSUE49 = {"precision", "truncation", "batch_variant", "tensor_parallel", "weight_sync", "routing"}
+ISSUE49_PENDING = {"routing"}
+STAGE1 = "research/mismatch_sources/results/s1_"
 NO_VERDICT = {"see chapter 'Where the mismatch comes from'", "not yet measured"}
 DIRECTIVE = re.compile(r"^ *```\{decision-table\}", re.M)
 
@@ -52,11 +55,22 @@ def test_every_row_is_backed_by_files_that_exist():
             assert (ROOT / path).exists(), f"{row['id']}: {path} does not exist"
 
 
-def test_the_issue_49_sources_carry_no_verdict_of_their_own():
+def test_the_issue_49_sources_carry_stage_1s_verdict_and_name_their_fix():
     rows = {r["id"]: r for r in ROWS}
     assert ISSUE49 <= set(rows)
-    for rid in ISSUE49:
+    for rid in ISSUE49_PENDING:
         assert rows[rid]["verdict"] in NO_VERDICT and rows[rid]["strength"] == "pending", rid
+    for rid in ISSUE49 - ISSUE49_PENDING:
+        row = rows[rid]
+        assert row["verdict"] not in NO_VERDICT and row["strength"] == "measured" and row.get("check"), rid
+        assert any(p.startswith(STAGE1) for p in row["backed_by"]), f"{rid}: not backed by stage 1's files"
+        assert row.get("fix_strength") in decisions.STRENGTH, f"{rid}: the fix's strength is not said"
+        assert "(rl_lab)" in row["start_from"] and "verl" in row["start_from"] and "TRL" in row["start_from"], rid
+
+
+def test_a_pending_fix_is_shown_in_the_rendered_table():
+    table = decisions.markdown_table(["truncation"])
+    assert "keep_mask=true" in table and "The fix: **not yet measured**" in table
 
 
 def test_the_file_types_no_numbers_in_its_verdicts():
@@ -92,7 +106,7 @@ def test_the_directive_renders_the_rows(tmp_path):
     (tmp_path / "conf.py").write_text('extensions = ["myst_parser", "rl_lab.book_ext.decisions"]\n'
                                       'suppress_warnings = ["toc.not_included"]\n')
     (tmp_path / "book").mkdir()
-    for name in ("ch_when_speed_kills", "ch05_rollout_correction", "ch08_topk_routing"):
+    for name in ("ch_when_speed_kills", "ch05_rollout_correction", "ch08_topk_routing", "ch_mismatch_sources"):
         (tmp_path / "book" / f"{name}.md").write_text(f"# {name}\n")
     (tmp_path / "index.md").write_text("# t\n\n```{decision-table}\n:rows: stale_severe, precision\n```\n")
     subprocess.run([sys.executable, "-m", "sphinx", "-q", "-b", "html", str(tmp_path), str(tmp_path / "_build")],
