@@ -11,6 +11,7 @@ stale 4), research/long_completions/results (scratchpad, T ~ 42) and research/mo
 """
 from __future__ import annotations
 
+import functools
 import importlib.util
 import sys
 from pathlib import Path
@@ -279,6 +280,7 @@ def decision_checks() -> dict:
                                     reduction_order("batch_variant"), reduction_order("tp4"), weight_sync)}
 
 
+@functools.lru_cache(maxsize=1)
 def sources_study():
     """research/mismatch_sources/summarize.py (the source-by-source study, issue 49), loaded by path."""
     spec = importlib.util.spec_from_file_location("mismatch_sources_summary", RESEARCH / "mismatch_sources/summarize.py")
@@ -292,12 +294,18 @@ def _not_resolved(*arms: str) -> None:
     arm collapsed no run; the control is exactly zero (the check before any verdict)."""
     sources = sources_study()
     assert sources.control_check("s1")["exact"], "the exact-zero control is not exactly zero"
-    table = sources.source_table("s1")
+    table = _source_table_s1()
     assert "verdict" in table, "stage 1 is incomplete"
     verdict = table.set_index("source")["verdict"]
     for arm in arms:
         assert verdict[sources.SOURCES[arm]] == "not resolved at this scale", (arm, verdict[sources.SOURCES[arm]])
         assert sources.arm(f"s1_{arm}")["collapsed"].sum() == 0, f"{arm} collapsed a run"
+
+
+@functools.lru_cache(maxsize=1)
+def _source_table_s1() -> pd.DataFrame:
+    """Stage 1's table of verdicts, computed once (its permutation tests take seconds)."""
+    return sources_study().source_table("s1")
 
 
 def _named(arm: str, source: str) -> None:
