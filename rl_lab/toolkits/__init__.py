@@ -1,5 +1,6 @@
 """Chapter toolkits: each module serves one chapter and its lab, on top of the core.
 
+  first_look    the intro and "The book in 45 minutes": one set of weights, two engines; the path's minutes
   collapse      When speed kills stability: the collapse criterion, lead times
   compare       chapter 5 (and labs 4, 6, 7, 9): methods x seeds on one batch or one grid of runs
   pruning       chapter 6: dynamic vocabulary pruning
