@@ -53,7 +53,6 @@ OVER: dict[str, int] = {
     "ch11_ensembles": 4562,
     "ch12_agents_tool_use": 3762,
     "ch13_laptop_to_cluster": 5835,
-    "ch_when_speed_kills": 4636,
 }
 
 _FENCE = re.compile(r"^(`{3,}|~{3,})\s*(.*)$")
