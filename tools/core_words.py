@@ -50,7 +50,6 @@ OVER: dict[str, int] = {
     "ch09_optimal_token_baseline": 3527,
     "ch10_information_bandwidth": 4374,
     "ch11_ensembles": 4562,
-    "ch12_agents_tool_use": 3762,
     "ch13_laptop_to_cluster": 5835,
 }
 
