@@ -21,7 +21,7 @@ PAGES = ["ch01_rl_on_one_page", "ch02_sga_lens", "ch03_token_vs_sequence", "ch04
          "ch06_dynamic_vocabulary_pruning", "ch07_lr_scheduling", "ch08_topk_routing",
          "ch09_optimal_token_baseline", "ch10_information_bandwidth", "ch11_ensembles",
          "ch_when_speed_kills", "ch_mismatch_sources", "primer", "stats_primer", "workshop", "intro",
-         "book_in_45_minutes"]
+         "book_in_45_minutes", "research_log"]
 ALLOWED = Path(__file__).with_name("typed_numbers_allowed.txt")
 _ADMONITION = re.compile(r"\{(?:admonition|note|tip|warning|important|caution|dropdown|hint|seealso|topic)\}")
 
