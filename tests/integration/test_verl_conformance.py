@@ -69,7 +69,8 @@ from rl_lab.corrections import (  # noqa: E402
 from rl_lab.monitors import mismatch_metrics  # noqa: E402
 
 D = torch.float64
-RL_LAB_ONLY_KEYS = {"max_abs_logprob_diff"}
+# rl_lab monitors with no verl counterpart (the share of tokens whose log-probs differ: issue 49)
+RL_LAB_ONLY_KEYS = {"max_abs_logprob_diff", "tokens_differ"}
 LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean",
                   "seq-mean-token-sum-norm")
 
