@@ -80,6 +80,15 @@ def test_no_lab_says_not_timed_where_the_timing_file_has_a_time():
                 f"{t['lab']} says its {t['preset']} preset is not timed; book/data/lab_times.yaml has a time"
 
 
+def test_the_benchmark_script_times_the_plans_labs():
+    """bench/bench_workshop_labs.py, which measures the plan's times, runs the plan's labs and the demo."""
+    tree = ast.parse((REPO / "bench" / "bench_workshop_labs.py").read_text(encoding="utf-8"))
+    plan = next(ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+                and getattr(node.targets[0], "id", "") == "PLAN")
+    first_table = PAGE[PAGE.index("| time | what | lab | smoke | laptop |"):PAGE.index("## Optional")]
+    assert plan == [lab for lab, _ in TABLE_ROW.findall(first_table)] + ["lab_measure_your_mismatch"]
+
+
 # ------------------------------------------------------------------ every block on the lean install
 
 def lean_modules() -> set[str]:
