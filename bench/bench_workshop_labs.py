@@ -1,7 +1,9 @@
 """The workshop's lab times (book/workshop.md, "The plan"): each lab of the plan executed alone in a
-fresh kernel with plain nbclient, in each preset, one after the other.
+fresh kernel with plain nbclient, in each preset, one after the other.  The page quotes its times
+from book/data/lab_times.yaml: record a new run there (and in BENCHMARKS.md, section 4), with the
+machine it ran on.
 
-    python bench/bench_workshop_labs.py                       # smoke and laptop, the plan's four labs
+    python bench/bench_workshop_labs.py                       # smoke and laptop, the plan's labs
     python bench/bench_workshop_labs.py --presets smoke --labs lab01_first_rl_run
 
 The kernel is the `python3` kernel of this environment with the package's defaults (no thread
@@ -19,8 +21,9 @@ import jupytext
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parent.parent
-PLAN = ["lab01_first_rl_run", "lab_measure_your_mismatch", "lab03_token_vs_sequence",
-        "lab05_rollout_correction"]
+# the four blocks' labs, then the instructor's vLLM demo (it stops at its first cell without vLLM)
+PLAN = ["lab01_first_rl_run", "lab_when_speed_kills", "lab03_token_vs_sequence",
+        "lab05_rollout_correction", "lab_measure_your_mismatch"]
 
 
 def run_lab(name: str, preset: str, timeout: int) -> float:

@@ -13,6 +13,10 @@ is loaded at build time or when a page opens.  Labs are MyST Markdown, so Colab 
 .ipynb files from GitHub) is not a button: each lab page's download menu offers the .ipynb, which
 Colab opens with File -> Upload notebook (book/workshop.md).
 
+The same URL fills two MyST substitutions that pages use where they name it (book/workshop.md):
+`{{ binder_route }}` and `{{ colab_install }}`, a sentence each; without a URL they say what to
+do without one, so no page carries a placeholder such as `<owner>/<repository>` either.
+
 Loaded by _config.yml (`sphinx: extra_extensions: [rl_lab.book_ext.repository]`).  Only Sphinx
 imports this module; nothing in rl_lab does.
 """
@@ -80,10 +84,23 @@ def apply_repository(theme_options: dict, url: str | None) -> dict:
     return opts
 
 
+def substitutions(url: str | None) -> dict[str, str]:
+    """The MyST substitutions that name the repository (Markdown, one sentence each)."""
+    if url:
+        return {"binder_route": "the launch button (the rocket) starts it on Binder,",
+                "colab_install": f'Their first cell must then install the package: `!pip install "rl-lab @ git+{url}"`.'}
+    return {"binder_route": "a build of this book that knows its repository has a launch button that starts "
+                            "it on Binder (this one does not),",
+            "colab_install": "Their first cell must then `pip install` the package from the repository's URL "
+                             "(this build of the book does not know it)."}
+
+
 def _on_config_inited(app, config) -> None:
     opts = dict(config.html_theme_options or {})
     url = find_repository_url(opts.get("repository_url"), dict(os.environ), git_origin(app.srcdir))
     config.html_theme_options = apply_repository(opts, url)
+    if hasattr(config, "myst_substitutions"):      # read by myst-parser at builder-inited, after this
+        config.myst_substitutions = {**(config.myst_substitutions or {}), **substitutions(url)}
     LOG.info(f"rl_lab.book_ext.repository: {url or 'no repository URL found: no repository or launch buttons'}")
 
 

@@ -39,6 +39,9 @@ LAYERS = {
     "integrations": (("rl_lab.integrations",), {"integrations", "core"}),
     # what a person runs; rl_lab.kernel only calls rl_lab.tools.kernel (installed kernel specs name it)
     "tools": (("rl_lab.tools", "rl_lab.kernel"), {"tools", "core", "engines", "agents", "toolkits", "integrations"}),
+    # the exercises' checks (`check(name, answer)` in the labs): expected values computed from the
+    # trainer's pieces (core, algos), the exact enumerations, the chapters' toolkits and a sandbox run
+    "exercises": (("rl_lab.exercises",), {"exercises", "core", "algos", "exact", "toolkits", "agents"}),
     # Sphinx extensions: import Sphinx (not a runtime dependency), nothing of rl_lab
     "book_ext": (("rl_lab.book_ext",), {"book_ext"}),
 }
