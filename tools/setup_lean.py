@@ -111,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
                 raise
     run([*pip, *with_lock, "-e", f"{ROOT}[lab]"])
     run([py, "-m", "rl_lab.tools.kernel", "install"])   # ipykernel, after rl_lab's thread policy
+    # `make lab` takes this venv as set up while the stamp is newer than pyproject.toml and the lock
+    # (the Makefile's LEAN_STAMP); a `make setup` over it writes .setup-stamp instead.
+    (venv / ".setup-lean-stamp").touch()
     size = folder_bytes(venv) / 2**30
     print(f"setup_lean: done in {time.time() - t0:.0f} s; {venv} holds {size:.1f} GiB "
           f"(no vLLM, verl or npm: `make setup` adds them)")
