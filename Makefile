@@ -26,11 +26,12 @@ SETUP_STAMP := $(VENV)/.setup-stamp
 LEAN_STAMP := $(VENV)/.setup-lean-stamp
 LAB_STAMP := $(if $(and $(wildcard $(LEAN_STAMP)),$(if $(wildcard $(SETUP_STAMP)),,1)),$(LEAN_STAMP),$(SETUP_STAMP))
 
-.PHONY: setup setup-lean vendor book pdf test test-fast lint lab labs-ipynb checkpoints check-checkpoints bench bench-short bench-long clean help
+.PHONY: setup setup-lean wheelhouse vendor book pdf test test-fast lint lab labs-ipynb checkpoints check-checkpoints bench bench-short bench-long clean help
 
 help:
 	@echo "make setup   create .venv and install everything (CPU torch, book, tests, scipy for research/, offline assets)"
-	@echo "make setup-lean  the labs only: torch, the package and JupyterLab, no vLLM/verl/npm (tools/setup_lean.py)"
+	@echo "make setup-lean  the labs only: torch, the package and JupyterLab, no vLLM/verl/npm (tools/setup_lean.py; WHEELS=dir: no index)"
+	@echo "make wheelhouse  the lean install's wheels for the laptops of a room without a network (TARGETS=, PYTHONS=, WHEELHOUSE=wheels)"
 	@echo "make book    build the book offline, executing every lab (RL_LAB_PRESET=$(RL_LAB_PRESET)); runs make setup first if needed"
 	@echo "make pdf     the whole book as one PDF, _build/pdf/book.pdf (headless Chromium; builds the book first if needed)"
 	@echo "make test    all four test tiers (tests/unit, integration, book, repo) + every lab under pytest --nbval; runs make setup first if needed"
@@ -68,8 +69,19 @@ $(LEAN_STAMP): pyproject.toml $(CONSTRAINTS)
 
 # The labs-only install (a workshop laptop): no vLLM, verl, book or test tools, no npm.  Also runs
 # without make: `python3 tools/setup_lean.py` (on Windows `py tools\setup_lean.py`).
+# WHEELS=folder: no index, every wheel from that folder (`make wheelhouse` filled it).
+WHEELS ?=
 setup-lean:
-	CONSTRAINTS="$(CONSTRAINTS)" TORCH_PIP_ARGS="$(TORCH_PIP_ARGS)" python3 tools/setup_lean.py --venv $(VENV)
+	CONSTRAINTS="$(CONSTRAINTS)" TORCH_PIP_ARGS="$(TORCH_PIP_ARGS)" python3 tools/setup_lean.py --venv $(VENV) $(if $(WHEELS),--wheels $(WHEELS))
+
+# A workshop room without a network: the wheels of the labs-only install, for the laptops' platforms
+# and Pythons, into one folder to carry there (tools/wheelhouse.py; README.md, "Installing without
+# a network").  E.g. make wheelhouse TARGETS="linux-x86_64 macos-arm64 windows-amd64" PYTHONS="3.11 3.12"
+WHEELHOUSE ?= wheels
+TARGETS ?=
+PYTHONS ?=
+wheelhouse:
+	python3 tools/wheelhouse.py --dest $(WHEELHOUSE) $(if $(TARGETS),--target $(TARGETS)) $(if $(PYTHONS),--python $(PYTHONS))
 
 vendor:
 	bash tools/vendor_assets.sh
@@ -96,6 +108,17 @@ labs-ipynb: $(SETUP_STAMP)
 
 book: $(SETUP_STAMP)
 	bash tools/build_book.sh
+
+# The whole book as one PDF, _build/pdf/book.pdf: the built HTML's pages in _toc.yml's order, printed
+# by headless Chromium offline with typeset maths, a table of contents and page numbers
+# (tools/book_pdf.py), then checked (tools/check_pdf.py: page count, no raw TeX, every page of
+# _toc.yml).  Builds the book first when there is none; after a change, `make book pdf`.
+# PDF_ARGS=--one-pass: one Chromium run instead of two, the contents without page numbers (CI).
+PDF_ARGS ?=
+pdf: $(SETUP_STAMP)
+	@test -f _build/html/index.html || $(MAKE) --no-print-directory book
+	$(PY) tools/book_pdf.py --html _build/html --out _build/pdf/book.pdf $(PDF_ARGS)
+	$(PY) tools/check_pdf.py _build/pdf/book.pdf
 
 test: labs-ipynb
 	$(PY) -m pytest -q $(XDIST) tests _build/nbtest --nbval-lax --nbval-current-env --nbval-cell-timeout=600 -p no:cacheprovider --durations=25
