@@ -77,6 +77,7 @@ pre, div.highlight pre { white-space: pre-wrap; word-break: break-word; font-siz
 div.cell_output pre { max-height: none; overflow: visible; }
 img, svg, canvas { max-width: 100%; height: auto; break-inside: avoid; }
 table { break-inside: auto; font-size: 9pt; }
+.pst-scrollable-table-container, .table-wrapper, div.output, div.cell_output { overflow: visible !important; }
 tr, figure, .admonition-title { break-inside: avoid; }
 h1, h2, h3, h4 { break-after: avoid; }
 mjx-container[display="true"] { overflow: visible !important; }

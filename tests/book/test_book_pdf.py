@@ -49,13 +49,13 @@ PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
 
 
 @pytest.fixture
-def tools_ready(chromium):
+def tools_ready(chromium, monkeypatch):
     if not (MATHJAX / "tex-mml-chtml.js").is_file() or not shutil.which("pdftotext"):
         reason = "needs _vendor/mathjax (make setup) and pdftotext (poppler-utils)"
         if os.environ.get("RL_LAB_REQUIRE_BOOK") == "1":
             pytest.fail(reason + " (RL_LAB_REQUIRE_BOOK=1)")
         pytest.skip(reason)
-    os.environ["CHROMIUM"] = chromium
+    monkeypatch.setenv("CHROMIUM", chromium)
     return chromium
 
 
