@@ -1,4 +1,6 @@
-# One command each: `make setup`, `make book`, `make test`.  See README.md.
+# From a fresh clone, one command each: `make book` (the book) and `make test` (the tests).  Each
+# runs `make setup` first when the venv is missing or older than pyproject.toml or the lock (the
+# stamp below); `make setup` alone still works.  See README.md.
 SHELL := /bin/bash
 .SHELLFLAGS := -eo pipefail -c
 VENV ?= .venv
@@ -15,14 +17,24 @@ CONSTRAINTS ?= rl_lab/constraints.txt
 export RL_LAB_PRESET ?= smoke
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
+# Written by the last `make setup` that finished.  Targets that need the full venv depend on it, so a
+# fresh clone (no venv) or a changed pyproject.toml or lock re-runs the setup first; a venv made
+# before the stamp existed is set up once more (or adopt it: `touch .venv/.setup-stamp`).
+SETUP_STAMP := $(VENV)/.setup-stamp
+# Written by tools/setup_lean.py (the labs-only install).  `make lab` needs no more than that: with
+# a lean venv and no full one it keeps to the lean install (rebuilt when the lock changes).
+LEAN_STAMP := $(VENV)/.setup-lean-stamp
+LAB_STAMP := $(if $(and $(wildcard $(LEAN_STAMP)),$(if $(wildcard $(SETUP_STAMP)),,1)),$(LEAN_STAMP),$(SETUP_STAMP))
 
-.PHONY: setup setup-lean vendor book test test-fast lint lab labs-ipynb checkpoints check-checkpoints bench bench-short bench-long clean help
+.PHONY: setup setup-lean wheelhouse vendor book pdf test test-fast lint lab labs-ipynb checkpoints check-checkpoints bench bench-short bench-long clean help
 
 help:
 	@echo "make setup   create .venv and install everything (CPU torch, book, tests, scipy for research/, offline assets)"
-	@echo "make setup-lean  the labs only: torch, the package and JupyterLab, no vLLM/verl/npm (tools/setup_lean.py)"
-	@echo "make book    build the book offline, executing every lab (RL_LAB_PRESET=$(RL_LAB_PRESET))"
-	@echo "make test    all four test tiers (tests/unit, integration, book, repo) + every lab under pytest --nbval"
+	@echo "make setup-lean  the labs only: torch, the package and JupyterLab, no vLLM/verl/npm (tools/setup_lean.py; WHEELS=dir: no index)"
+	@echo "make wheelhouse  the lean install's wheels for the laptops of a room without a network (TARGETS=, PYTHONS=, WHEELHOUSE=wheels)"
+	@echo "make book    build the book offline, executing every lab (RL_LAB_PRESET=$(RL_LAB_PRESET)); runs make setup first if needed"
+	@echo "make pdf     the whole book as one PDF, _build/pdf/book.pdf (headless Chromium; builds the book first if needed)"
+	@echo "make test    all four test tiers (tests/unit, integration, book, repo) + every lab under pytest --nbval; runs make setup first if needed"
 	@echo "make test-fast  lint (ruff) + tests/unit and tests/repo, not marked slow: a few minutes, run first by CI"
 	@echo "make lint    ruff check (the rule set in pyproject.toml)"
 	@echo "make lab     JupyterLab on the labs (localhost:$(LAB_PORT), token auth; LAB_PORT=, LAB_ARGS=)"
@@ -43,12 +55,33 @@ setup:
 	CONSTRAINTS="$(CONSTRAINTS)" bash tools/install_verl.sh $(VENV)
 	$(PY) -m rl_lab.tools.kernel install >/dev/null   # ipykernel, after rl_lab's thread policy (BENCHMARKS.md, 9)
 	bash tools/vendor_assets.sh
+	touch $(SETUP_STAMP)
 	@echo "setup done: activate with  . $(VENV)/bin/activate"
+
+# The venv is missing or older than what it was installed from: set it up (again).
+$(SETUP_STAMP): pyproject.toml $(CONSTRAINTS)
+	@echo "make: $(VENV) is missing or older than pyproject.toml$(if $(CONSTRAINTS), or $(CONSTRAINTS)): running make setup first"
+	$(MAKE) --no-print-directory setup
+
+$(LEAN_STAMP): pyproject.toml $(CONSTRAINTS)
+	@echo "make: the labs-only install in $(VENV) is older than pyproject.toml$(if $(CONSTRAINTS), or $(CONSTRAINTS)): running make setup-lean first"
+	$(MAKE) --no-print-directory setup-lean
 
 # The labs-only install (a workshop laptop): no vLLM, verl, book or test tools, no npm.  Also runs
 # without make: `python3 tools/setup_lean.py` (on Windows `py tools\setup_lean.py`).
+# WHEELS=folder: no index, every wheel from that folder (`make wheelhouse` filled it).
+WHEELS ?=
 setup-lean:
-	CONSTRAINTS="$(CONSTRAINTS)" TORCH_PIP_ARGS="$(TORCH_PIP_ARGS)" python3 tools/setup_lean.py --venv $(VENV)
+	CONSTRAINTS="$(CONSTRAINTS)" TORCH_PIP_ARGS="$(TORCH_PIP_ARGS)" python3 tools/setup_lean.py --venv $(VENV) $(if $(WHEELS),--wheels $(WHEELS))
+
+# A workshop room without a network: the wheels of the labs-only install, for the laptops' platforms
+# and Pythons, into one folder to carry there (tools/wheelhouse.py; README.md, "Installing without
+# a network").  E.g. make wheelhouse TARGETS="linux-x86_64 macos-arm64 windows-amd64" PYTHONS="3.11 3.12"
+WHEELHOUSE ?= wheels
+TARGETS ?=
+PYTHONS ?=
+wheelhouse:
+	python3 tools/wheelhouse.py --dest $(WHEELHOUSE) $(if $(TARGETS),--target $(TARGETS)) $(if $(PYTHONS),--python $(PYTHONS))
 
 vendor:
 	bash tools/vendor_assets.sh
@@ -59,7 +92,7 @@ vendor:
 # RL_LAB_PRESET (default smoke) reaches the kernels. tests/integration/test_jupyterlab.py runs lab 1 this way.
 LAB_PORT ?= 8888
 LAB_ARGS ?=
-lab:
+lab: $(LAB_STAMP)
 	@test -x $(VENV)/bin/jupyter-lab || { echo "make lab: $(VENV)/bin/jupyter-lab not found: run \`make setup\` (JupyterLab is in the [lab] extra)" >&2; exit 1; }
 	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/jupyter lab --no-browser --ServerApp.ip=127.0.0.1 \
 	  --ServerApp.port=$(LAB_PORT) --ServerApp.root_dir="$(CURDIR)" --LabApp.default_url=/lab/tree/labs \
@@ -68,13 +101,24 @@ lab:
 # MyST Markdown labs -> throwaway .ipynb copies for nbval (sources stay output-free).
 # The labs nbval must run: all, except those `make book` has just executed from these exact files
 # and environment (tools/lab_stamp.py; RL_LAB_NBVAL_ALL=1 runs all).
-labs-ipynb:
+labs-ipynb: $(SETUP_STAMP)
 	rm -rf _build/nbtest && mkdir -p _build/nbtest
 	@labs="$$($(PY) tools/lab_stamp.py --stale)" || exit 1; \
 	for f in $$labs; do $(VENV)/bin/jupytext --quiet --to ipynb -o _build/nbtest/$$(basename $${f%.md}).ipynb $$f || exit 1; done
 
-book:
+book: $(SETUP_STAMP)
 	bash tools/build_book.sh
+
+# The whole book as one PDF, _build/pdf/book.pdf: the built HTML's pages in _toc.yml's order, printed
+# by headless Chromium offline with typeset maths, a table of contents and page numbers
+# (tools/book_pdf.py), then checked (tools/check_pdf.py: page count, no raw TeX, every page of
+# _toc.yml).  Builds the book first when there is none; after a change, `make book pdf`.
+# PDF_ARGS=--one-pass: one Chromium run instead of two, the contents without page numbers (CI).
+PDF_ARGS ?=
+pdf: $(SETUP_STAMP)
+	@test -f _build/html/index.html || $(MAKE) --no-print-directory book
+	$(PY) tools/book_pdf.py --html _build/html --out _build/pdf/book.pdf $(PDF_ARGS)
+	$(PY) tools/check_pdf.py _build/pdf/book.pdf
 
 test: labs-ipynb
 	$(PY) -m pytest -q $(XDIST) tests _build/nbtest --nbval-lax --nbval-current-env --nbval-cell-timeout=600 -p no:cacheprovider --durations=25
@@ -90,7 +134,7 @@ FAST_TIERS := tests/unit tests/repo
 test-fast: lint
 	$(PY) -m pytest -q $(XDIST) $(FAST_TIERS) -m "not slow" -x -p no:cacheprovider --durations=25
 
-lint:
+lint: $(SETUP_STAMP)
 	@test -x $(VENV)/bin/ruff || { echo "make lint: $(VENV)/bin/ruff not found: run \`make setup\` (ruff is in the [test] extra)" >&2; exit 1; }
 	$(VENV)/bin/ruff check .
 
