@@ -30,11 +30,16 @@ def prose(text: str) -> str:
     """The page's prose: front matter, code and maths blocks, maths, code spans, roles, links, URLs,
     directive options, quotations left out; admonitions (dropdowns) are prose and stay."""
     text = re.sub(r"\A---\n.*?\n---\n", "", text, flags=re.S)
-    out, fence = [], None
+    out, fence, admonitions = [], None, []
     for line in text.splitlines():
         m = re.match(r"^\s*(`{3,}|:{3,})(.*)$", line)
         if fence is None and m:
+            if admonitions and line.strip() == admonitions[-1]:
+                admonitions.pop()                     # the closing fence of an admonition
+                out.append("")
+                continue
             if _ADMONITION.search(m.group(2)):
+                admonitions.append(m.group(1))
                 out.append("")
                 continue                              # an admonition's body is prose
             fence = m.group(1)
@@ -42,8 +47,6 @@ def prose(text: str) -> str:
         if fence is not None:
             if line.strip() == fence:
                 fence = None
-            continue
-        if m:                                         # the closing fence of an admonition
             continue
         out.append(line)
     t = "\n".join(out)
@@ -97,9 +100,10 @@ def test_no_typed_number_outside_glue_maths_quotations_and_the_allow_list(page):
 def test_the_reader_keeps_what_it_should():
     text = ('Lab 8 measures 0.076 and {glue:text}`x` at $\\epsilon=10^{-6}$ with `k=2`, "a 0.9 quote",\n'
             "```{code-cell} ipython3\nx = 3\n```\n```{admonition} Numbers\n:class: dropdown\n"
-            "a dropdown says 152\n```\nTop-2 in bf16, chapter 4, v0.9.1, 2025.\n")
+            "a dropdown says 152\n```\nTop-2 in bf16, chapter 4, v0.9.1, 2025, and 7 after it.\n"
+            "````{note}\n```python\ny = 5\n```\nthen 6\n````\nand 8.\n")
     t = _NAMES.sub(" ", prose(text))
-    assert re.findall(r"(?<![\w.])\d+(?:[.,]\d+)*", t) == ["0.076", "152"]
+    assert re.findall(r"(?<![\w.])\d+(?:[.,]\d+)*", t) == ["0.076", "152", "7", "6", "8"]
 
 
 if __name__ == "__main__" and "--write" in sys.argv:
