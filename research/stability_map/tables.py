@@ -209,6 +209,7 @@ def decision_checks() -> dict:
         cells = per_cell(pilot_corrections(), ["method"])
         assert cells.loc["bypass PPO-clip", "collapses"] == 0
         others = cells.drop(index=["bypass PPO-clip", "none"])
+        assert (others["runs"] == 3).all(), "the pilot's other corrections are no longer three seeds each"
         assert (others["collapses"] >= 2).all(), "a correction other than bypass prevented the stale-4 collapse"
         nine = stale4_bypass_nine()
         assert nine is not None and nine["verdict"] == "held at four stale steps on nine seeds", nine
@@ -217,6 +218,10 @@ def decision_checks() -> dict:
         nine = nine_seed_table(2)
         assert set(nine.index[nine["verdict"] == "keeps reward"]) == {"token_tis", "seq_tis", "seq_mis", "bypass_ppo_clip"}
         assert nine.loc["seq_mis_one_sided", "verdict"] == "null" and nine["diff"].idxmax() == "bypass_ppo_clip"
+        # verl's Seq-MIS: a guard, not a fix (book/my_run_collapsed.md): more collapses than the other three
+        kept = nine.loc[["token_tis", "seq_tis", "bypass_ppo_clip"], "collapses"]
+        assert nine.loc["seq_mis", "collapses"] > kept.max(), nine["collapses"]
+        assert (nine["fisher_p_holm"] > ALPHA).all(), "a collapse count passed the test: it is no longer only described"
         corr = map_corrections().query("sampler_staleness == 2 and learning_rate == 5e-4")
         tok, seq = (corr[corr["method"] == m]["reward_last"] for m in ("token_tis", "seq_tis"))
         assert welch(seq, tok)["p"] >= ALPHA, "token and sequence TIS are distinguished at this scale"

@@ -5,9 +5,11 @@ to start from renders it (or a subset of its rows) with
 
     ```{decision-table}
     :rows: stale_severe, stale_mild
+    :columns: situation, start from, what the runs say, how sure
     ```
 
-so the pages cannot disagree (issue 52).  tests/book/test_one_verdict.py checks that the pages the
+so the pages cannot disagree (issue 52); `:columns:` (optional, names from the file's `columns`)
+leaves the others out, for a short path that does not need them.  tests/book/test_one_verdict.py checks that the pages the
 file names render it and that each row's verdict holds on the result files.  `markdown_table()` is
 the same table as MyST Markdown, for tests and notebooks.  Only Sphinx imports this module.
 """
@@ -54,16 +56,26 @@ def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-def markdown_table(ids: list[str] | None = None, data: dict | None = None) -> str:
+def columns(data: dict, names: list[str] | None = None) -> list[int]:
+    """The positions of the columns `names` (all of them when None), in the file's order."""
+    unknown = [n for n in names or [] if n not in data["columns"]]
+    if unknown:
+        raise ValueError(f"decision-table: unknown columns {unknown}; the columns are {data['columns']}")
+    return [i for i, c in enumerate(data["columns"]) if not names or c in names]
+
+
+def markdown_table(ids: list[str] | None = None, data: dict | None = None,
+                   cols: list[str] | None = None) -> str:
     data = data or load()
-    lines = ["| " + " | ".join(data["columns"]) + " |", "|" + "---|" * len(data["columns"])]
+    keep = columns(data, cols)
+    lines = ["| " + " | ".join(data["columns"][i] for i in keep) + " |", "|" + "---|" * len(keep)]
     for row in select(data, ids):
         backed = "; ".join(f"`{p}`" for p in row["backed_by"]) + "; " + row["table"]
         how_sure = f"**{STRENGTH[row['strength']]}**: {row['how_sure']}"
         if row.get("fix_strength"):
             how_sure += f". The fix: **{STRENGTH[row['fix_strength']]}**"
         cells = (row["situation"], row["signal"], row["start_from"], row["verdict"], how_sure, backed)
-        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+        lines.append("| " + " | ".join(_cell(cells[i]) for i in keep) + " |")
     return "\n".join(lines)
 
 
@@ -74,14 +86,16 @@ def _directive():
     from sphinx.util.docutils import SphinxDirective
 
     class DecisionTable(SphinxDirective):
-        """```{decision-table}``` with an optional `:rows:` option (comma-separated ids)."""
+        """```{decision-table}``` with optional `:rows:` (comma-separated ids) and `:columns:`
+        (comma-separated column names) options."""
         has_content = False
-        option_spec = {"rows": directives.unchanged}
+        option_spec = {"rows": directives.unchanged, "columns": directives.unchanged}
 
         def run(self):
             self.env.note_dependency(str(DATA))
             ids = [i.strip() for i in self.options.get("rows", "").split(",") if i.strip()] or None
-            text = markdown_table(ids)
+            cols = [c.strip() for c in self.options.get("columns", "").split(",") if c.strip()] or None
+            text = markdown_table(ids, cols=cols)
             container = nodes.container(classes=["decision-table"])
             self.state.nested_parse(StringList(text.splitlines(), source=str(DATA)), self.content_offset, container)
             return [container]

@@ -154,39 +154,53 @@ def count_words(text: str) -> int:
 
 # ----------------------------------------------------------------------------- the 45-minute path
 PAGE = "book/book_in_45_minutes"
-TABLE_ROWS = ["stale_severe", "stale_mild", "post_pattern", "precision", "step_one"]
-"""The decision table's rows the path shows: those backed by runs or by the sources (not the derived
-row for several optimizer steps per batch, nor the rows of the sources chapter "Where the mismatch
-comes from" measures, read there)."""
+TABLE_ROWS = ["stale_severe", "precision"]
+"""The decision table's rows the path shows: the stale sampler that collapses runs here (the live
+step's) and the precision mismatch of the post and of the intro's figure.  The other rows are read
+where the path's "Deepened by" links send the reader."""
+TABLE_COLUMNS = ["situation", "start from", "what the runs say", "how sure"]
+"""The table's columns the path shows: not the signal in a log nor the result files behind a row
+(for a practitioner's second reading, in the chapters that render the whole table)."""
+TABLE_WPM = READING_WPM / 2
+"""Words per minute for a table: a cell is read against its row and its column, at half the rate."""
 
 PATH = [
     # step: also the title of its section on the 45-minute page, read with it; page and sections:
     # what it sends the reader to read (None: the whole page, []: the text before its first section);
-    # run: minutes to run its code; deepens: the chapter that takes it further
+    # run: minutes at the keyboard besides reading (the docstring below); deepens: the chapter that
+    # takes it further
+    dict(step="Step 0: setup", page=None, sections=None, run=2.0, deepens="workshop"),
+    # the intro: its key idea and the paragraph under its figure (the figure is on the path's page)
     dict(step="One set of weights, two engines", page="book/intro", sections=[], run=0.0,
-         skip=r"```\{admonition\} Sources this book follows.*?\n```", deepens="ch_mismatch_sources"),
-    dict(step="The primer", page="book/primer", sections=None, run=0.0, deepens="ch02_sga_lens"),
+         skip=r"```\{glue:figure\}.*?\n```|On this book's tiny models.*", deepens="ch_mismatch_sources"),
+    dict(step="The primer", page="book/primer", sections=None, run=2.0, deepens="ch02_sga_lens"),
+    # the collapse chapter: its key idea and its Summary (its figure is on the path's page)
     dict(step="How a stale sampler collapses a run", page="book/ch_when_speed_kills",
-         sections=["Summary"], run=0.0, deepens="ch_when_speed_kills"),
+         sections=["Summary"], skip=r"```\{glue:figure\}.*?(?=Summary\n)", run=0.0,
+         deepens="ch_when_speed_kills"),
     dict(step="Which correction when", page="decision-table", sections=TABLE_ROWS, run=0.0,
          deepens="ch05_rollout_correction"),
-    dict(step="Lab 1: your first RL run", page="labs/lab01_first_rl_run", sections=None, run=2.0,
-         deepens="ch01_rl_on_one_page"),
-    dict(step="A stale sampler, with and without bypass, live", page=None, sections=None, run=1.0,
+    dict(step="Lab 1: your first RL run", page="labs/lab01_first_rl_run",
+         sections=["The warm start", "One batch, taken apart"], run=2.0, deepens="ch01_rl_on_one_page"),
+    dict(step="A stale sampler, with and without bypass, live", page=None, sections=None, run=2.0,
          deepens="lab_when_speed_kills"),
 ]
-"""The book in 45 minutes (book/book_in_45_minutes.md).  `run` is an allowance for running code, not
-a measurement: Lab 1 says "about a minute" in `smoke`, rounded up for a slower laptop; the page
-replaces the live step's allowance by the time its cell took."""
+"""The book in 45 minutes (book/book_in_45_minutes.md).  `run` is an allowance, not a measurement,
+for what is not reading: Step 0's commands and `rl-lab doctor` (the install itself runs while the
+reader reads the intro: README.md, "Labs only", times it), trying the primer's cell with numbers of
+one's own, Lab 1's first cells and their output (seconds to run, a table to read), and the two live
+runs (the page prints the time they took when it was built)."""
 OWN_SECTIONS = ["The path", "Where to go next"]
 """The 45-minute page's sections that are no step: read with its key idea, as a step of their own."""
 
 
-def path_minutes(root, table: str, live_minutes: float | None = None) -> pd.DataFrame:
+def path_minutes(root, table: str) -> pd.DataFrame:
     """One row per step of PATH (its section of the 45-minute page plus what it sends the reader to
-    read), and a last row for the page's own opening: words, reading minutes at READING_WPM, run
-    minutes, minutes.  `table`: the decision table's rows TABLE_ROWS as the page renders them
-    (`rl_lab.book_ext.decisions.markdown_table(TABLE_ROWS)`; book_ext is Sphinx's, not imported here)."""
+    read), and a last row for the page's own opening: words, reading minutes (prose at READING_WPM,
+    the decision table at TABLE_WPM), run minutes (the allowances of PATH), minutes.  `table`: the
+    decision table as the page renders it, `rl_lab.book_ext.decisions.markdown_table(TABLE_ROWS,
+    cols=TABLE_COLUMNS)` (book_ext is Sphinx's, not imported here).  The intro and the page both
+    quote its total, so they cannot disagree."""
     from pathlib import Path
 
     read = lambda page: (Path(root) / f"{page}.md").read_text(encoding="utf-8")  # noqa: E731
@@ -194,19 +208,23 @@ def path_minutes(root, table: str, live_minutes: float | None = None) -> pd.Data
     rows = []
     for s in PATH:
         words = reading_words(here, [s["step"]], preamble=False)
+        reading = words / READING_WPM
         if s["page"] == "decision-table":
             words += count_words(table)
+            reading += count_words(table) / TABLE_WPM
         elif s["page"] is not None:
-            words += reading_words(read(s["page"]), s["sections"], skip=s.get("skip"))
-        run = live_minutes if (live_minutes is not None and s is PATH[-1]) else s["run"]
-        rows.append({"step": s["step"], "words": words, "run": run, "deepened by": s["deepens"]})
-    rows.append({"step": "This page: its key idea, the path, where to go next",
-                 "words": reading_words(here, OWN_SECTIONS), "run": 0.0, "deepened by": "intro"})
+            more = reading_words(read(s["page"]), s["sections"], skip=s.get("skip"))
+            words += more
+            reading += more / READING_WPM
+        rows.append({"step": s["step"], "words": words, "reading": reading, "run": s["run"],
+                     "deepened by": s["deepens"]})
+    own = reading_words(here, OWN_SECTIONS)
+    rows.append({"step": "This page: its key idea, the path, where to go next", "words": own,
+                 "reading": own / READING_WPM, "run": 0.0, "deepened by": "intro"})
     out = pd.DataFrame(rows)
-    out["reading"] = out["words"] / READING_WPM
     out["minutes"] = out["reading"] + out["run"]
     return out
 
 
-__all__ = ["PATH", "READING_WPM", "TABLE_ROWS", "TwoEngines", "count_words", "figure", "path_minutes",
-           "reading_words", "two_engines"]
+__all__ = ["PATH", "READING_WPM", "TABLE_COLUMNS", "TABLE_ROWS", "TABLE_WPM", "TwoEngines", "count_words",
+           "figure", "path_minutes", "reading_words", "two_engines"]

@@ -73,6 +73,15 @@ def test_a_pending_fix_is_shown_in_the_rendered_table():
     assert "keep_mask=true" in table and "The fix: **not yet measured**" in table
 
 
+def test_columns_can_be_left_out_and_unknown_ones_raise():
+    table = decisions.markdown_table(["stale_severe"], cols=["situation", "how sure"])
+    header, rule, row = table.splitlines()
+    assert header == "| situation | how sure |" and rule == "|---|---|" and row.count(" | ") == 1
+    assert ROWS[0]["situation"] in row and "research/" not in row
+    with pytest.raises(ValueError, match="unknown columns"):
+        decisions.markdown_table(["stale_severe"], cols=["verdict"])
+
+
 def test_the_file_types_no_numbers_in_its_verdicts():
     for row in ROWS:
         for field in ("verdict", "how_sure"):
