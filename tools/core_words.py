@@ -45,7 +45,6 @@ OVER: dict[str, int] = {
     "ch03_token_vs_sequence": 4447,
     "ch04_masking_trust_regions": 4422,
     "ch05_rollout_correction": 4492,
-    "ch06_dynamic_vocabulary_pruning": 3004,
     "ch08_topk_routing": 4273,
     "ch09_optimal_token_baseline": 3527,
     "ch10_information_bandwidth": 4374,
