@@ -46,7 +46,6 @@ OVER: dict[str, int] = {
     "ch04_masking_trust_regions": 4422,
     "ch05_rollout_correction": 4492,
     "ch08_topk_routing": 4273,
-    "ch09_optimal_token_baseline": 3527,
     "ch10_information_bandwidth": 4374,
     "ch11_ensembles": 4562,
     "ch13_laptop_to_cluster": 5835,
