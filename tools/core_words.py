@@ -48,7 +48,6 @@ OVER: dict[str, int] = {
     "ch06_dynamic_vocabulary_pruning": 3004,
     "ch08_topk_routing": 4273,
     "ch09_optimal_token_baseline": 3527,
-    "ch11_ensembles": 4562,
     "ch13_laptop_to_cluster": 5835,
 }
 
