@@ -279,7 +279,7 @@ FIELD_ROWS = {row.field: row for row in VERL_FIELD_MAP}
 
 
 def mapping_table_markdown() -> str:
-    """VERL_FIELD_MAP as a Markdown table (chapter 13 includes it from book/examples/verl_export)."""
+    """VERL_FIELD_MAP as a Markdown table (written to book/examples/verl_export/mapping.md, which chapter 13 names)."""
     def cell(text: str) -> str:
         for raw, escaped in (("|", "\\|"), ("*", "\\*"), ("<", "&lt;"), (">", "&gt;")):
             text = text.replace(raw, escaped)

@@ -6,7 +6,7 @@ checks it is up to date).  Regenerate it from the repository root with
 It is `rl-lab export verl --config book/examples/verl_export/config.yaml` with paths written relative
 to the repository root, one GPU, and neither the model (a 0.3M warm start: run the export yourself
 to get it) nor the parquet files (binary); data_preview.json shows their first rows instead, and
-mapping.md is the field table (VERL_FIELD_MAP) the chapter includes.
+mapping.md is the field table (VERL_FIELD_MAP) the chapter points to.
 """
 from __future__ import annotations
 
