@@ -31,7 +31,7 @@ export DEVICE_CHECK_KV
 PY=${DEVICE_CHECK_PYTHON:-python3}
 PARTS=${DEVICE_CHECK_PARTS:-"env cuda_tests grpo_steps bench stability"}
 # seconds per part (sum 450 s: inside 8 minutes, and a 540 s device `run` keeps a minute spare)
-declare -A LIMIT=([env]=40 [cuda_tests]=120 [grpo_steps]=100 [bench]=110 [stability]=80)
+declare -A LIMIT=([env]=40 [cuda_tests]=110 [grpo_steps]=120 [bench]=100 [stability]=80)
 echo "[device-check] start out=$OUT dry=${RL_LAB_DEVICE_DRY:-0} device=${RL_LAB_DEVICE:-auto} parts=${PARTS// /,}"
 : > "$OUT/summary.txt"
 for part in $PARTS; do

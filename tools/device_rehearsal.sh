@@ -30,6 +30,6 @@ echo "[rehearsal] output in $out"
 PATH="$VENV/bin:$PATH" OUT="$out" RL_LAB_DEVICE_DRY=1 RL_LAB_DEVICE=cpu DEVICE_CHECK_PYTHON="$VENV/bin/python" \
   bash tools/device_check.sh
 rc=$?
-bad=$(grep -c 'status=fail' "$out/summary.txt" 2>/dev/null || echo 0)
+bad=$(grep -c 'status=fail' "$out/summary.txt" 2>/dev/null); bad=${bad:-0}
 echo "[rehearsal] device_check.sh rc=$rc, failed parts: $bad"
 [ "$rc" -eq 0 ] && [ "$bad" -eq 0 ]

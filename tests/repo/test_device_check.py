@@ -53,3 +53,10 @@ def test_summary_command_reports_a_timed_out_part_with_what_it_finished(tmp_path
     assert LINE.match(out), out
     fields = _module().parse_line(out)
     assert fields["status"] == "fail" and fields["timeout"] == "1" and fields["ok"] == "5"
+
+
+def test_the_rehearsal_builds_the_gpu_machines_versions_and_runs_the_dry_mode():
+    sh = (ROOT / "tools" / "device_rehearsal.sh").read_text()
+    assert '"torch==2.11.*"' in sh and '"transformers==5.17.*"' in sh
+    assert "pip install" in sh and not re.search(r"pip install[^\n]*\b(vllm|trl)\b", sh)
+    assert "RL_LAB_DEVICE_DRY=1 RL_LAB_DEVICE=cpu" in sh and "tools/device_check.sh" in sh
