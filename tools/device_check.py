@@ -24,6 +24,7 @@ import math
 import os
 import re
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,7 +35,7 @@ STATUSES = ("ok", "fail", "skip")
 # Dense bf16 matrix-multiply peak (no sparsity), FLOP/s.  H100 SXM and H200: 989.4 TFLOP/s
 # (NVIDIA H100 Tensor Core GPU datasheet and NVIDIA H200 datasheet list 1,979 TFLOP/s "with
 # sparsity"; dense is half).  H100 PCIe: 756 TFLOP/s.  This workplace's notes saw about 790 TFLOP/s
-# sustained on an H200 (/work/.library/device/README.md): the fraction is of the datasheet number.
+# sustained on an H200 (the device machine's notes): the fraction is of the datasheet number.
 BF16_PEAK = {"H200": 989.4e12, "H100 PCIe": 756e12, "H100": 989.4e12, "A100": 312e12}
 # The packages the GPU machine has (issue 57) and the ones it lacks; versions are reported for all.
 PACKAGES = {"torch": "torch", "transformers": "transformers", "accelerate": "accelerate", "peft": "peft",
@@ -88,7 +89,7 @@ def status_of(rc: int, fields: dict) -> str:
 
 # --------------------------------------------------------------------------- results as the part goes
 def kv_dir() -> Path:
-    d = Path(os.environ.get("DEVICE_CHECK_KV") or os.environ.get("OUT") or "/tmp/device-check-kv")
+    d = Path(os.environ.get("DEVICE_CHECK_KV") or os.environ.get("OUT") or Path(tempfile.gettempdir()) / "device-check-kv")
     d.mkdir(parents=True, exist_ok=True)
     return d
 

@@ -5,13 +5,13 @@
 # check in its dry mode (tiny sizes, RL_LAB_DEVICE=cpu) with PYTHONPATH=. -- as the GPU machine
 # runs it.  Fails on any part that fails (an import or version error included).
 #
-#     bash tools/device_rehearsal.sh            # venv in $DEVICE_VENV (default /work/device-venv)
+#     bash tools/device_rehearsal.sh            # venv in $DEVICE_VENV (default ~/.cache/rl_lab/device-venv)
 #
 # torch: PyPI's torch==2.11.0 (download.pytorch.org's CPU index is not reachable from every
 # machine); on Linux x86-64 it pulls the CUDA libraries (a few GB) and runs on the CPU.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-VENV=${DEVICE_VENV:-/work/device-venv}
+VENV=${DEVICE_VENV:-$HOME/.cache/rl_lab/device-venv}
 PY=${DEVICE_PYTHON:-$( (command -v python3.12 >/dev/null && python3.12 -c1 2>/dev/null && echo python3.12) || echo python3)}
 if [ ! -x "$VENV/bin/python" ] || [ ! -f "$VENV/.complete" ]; then
   "$PY" -m venv "$VENV" || exit 1
