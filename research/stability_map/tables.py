@@ -225,6 +225,9 @@ def decision_checks() -> dict:
         corr = map_corrections().query("sampler_staleness == 2 and learning_rate == 5e-4")
         tok, seq = (corr[corr["method"] == m]["reward_last"] for m in ("token_tis", "seq_tis"))
         assert welch(seq, tok)["p"] >= ALPHA, "token and sequence TIS are distinguished at this scale"
+        # replicated in the source study's stage 2 (pre-registered, against its own nine stale seeds)
+        fix = _fix_table_s2().loc["stale2_bypass"]
+        assert fix["verdict"] == "keeps reward" and fix["collapses"] == "0/9", fix
 
     def post_pattern():
         warn = early_warning()[0]
@@ -233,6 +236,7 @@ def decision_checks() -> dict:
     def precision():
         precision_map()
         precision_sources()
+        _fix_exact("fp16_both", "bf16_both")
 
     def precision_map():
         stationary = per_cell(pilot_runs(), ["sampler", "learning_rate"])
@@ -261,6 +265,7 @@ def decision_checks() -> dict:
         # chi^2 per token = mean(rho^2) - 1 < 0 means mean(rho) < 1 (Jensen): rho's mean below one
         assert (runs["chi2_token_mean"] < 0).all(), "rho's mean was not below one in every top-p run"
         _named("top_p", "truncation")
+        _fix_exact("top_p_keep_mask")
 
     def reduction_order(arm):
         def check():
@@ -273,6 +278,7 @@ def decision_checks() -> dict:
                 assert (runs[col] == control[col]).all(), f"{arm}: {col} differs from the control's"
             assert ((runs["k3_kl_mean"] > 0) & (runs["k3_kl_mean"] < 1e-9)).all(), f"{arm}: not float32 rounding"
             _named(arm, "reduction_order")
+            _fix_exact("batch_invariant" if arm == "batch_variant" else "tp4_fixed")
         check.__name__ = "batch_variant" if arm == "batch_variant" else "tensor_parallel"
         return check
 
@@ -280,6 +286,7 @@ def decision_checks() -> dict:
         _not_resolved("sync_skip", "sync_bf16")
         _named("sync_skip", "weight_sync")
         _named("sync_bf16", "precision")
+        _fix_exact("sync_skip_verify", "sync_bf16_verify")
 
     return {f.__name__: f for f in (stale_severe, stale_mild, post_pattern, precision, step_one, truncation,
                                     reduction_order("batch_variant"), reduction_order("tp4"), weight_sync)}
@@ -311,6 +318,26 @@ def _not_resolved(*arms: str) -> None:
 def _source_table_s1() -> pd.DataFrame:
     """Stage 1's table of verdicts, computed once (its permutation tests take seconds)."""
     return sources_study().source_table("s1")
+
+
+@functools.lru_cache(maxsize=1)
+def _fix_table_s2() -> pd.DataFrame:
+    """Stage 2's table (each fix against its source), indexed by the fix arm's suffix."""
+    sources = sources_study()
+    table = sources.fix_table()
+    assert "verdict" in table, "stage 2 is incomplete"
+    return table.set_index(pd.Index(list(sources.FIXES), name="arm"))
+
+
+def _fix_exact(*fixes: str) -> None:
+    """Stage 2's verdict for an exact fix: the mismatch is exactly 0 in all nine runs (k3 and the share
+    of differing tokens), no run collapsed, and its reward against the source is not resolved."""
+    table = _fix_table_s2()
+    for fix in fixes:
+        row = table.loc[fix]
+        assert row["k3"] == 0 and row["tokens_affected"] == 0, f"{fix}: the fix's mismatch is not exactly 0"
+        assert row["collapses"] == "0/9", (fix, row["collapses"])
+        assert row["verdict"] == "not resolved at this scale", (fix, row["verdict"])
 
 
 def _named(arm: str, source: str) -> None:

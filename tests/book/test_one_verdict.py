@@ -5,8 +5,8 @@ rendered by the `{decision-table}` directive (rl_lab/book_ext/decisions.py).  Th
 
 * the file is well formed: every row names a strength, a verdict and the result files that back it,
   and those files exist; the rows of the sources chapter "Where the mismatch comes from" (issue 49)
-  carry stage 1's measured verdict, backed by the study's result files and checked, with their fix
-  pending until stage 2 has run (routing, not a dial of that study, carries no verdict);
+  carry stage 1's measured verdict, backed by the study's result files and checked, and their fix
+  stage 2's (routing, not a dial of that study, carries no verdict);
 * each verdict holds on the result files (`decision_checks()` in research/stability_map/tables.py:
   asserts that fail if a rerun changes the outcome);
 * the pages the file names render the table, and the directive renders it (a one-page Sphinx build);
@@ -68,9 +68,17 @@ def test_the_issue_49_sources_carry_stage_1s_verdict_and_name_their_fix():
         assert "(rl_lab)" in row["start_from"] and "verl" in row["start_from"] and "TRL" in row["start_from"], rid
 
 
-def test_a_pending_fix_is_shown_in_the_rendered_table():
+def test_the_fix_strength_is_shown_in_the_rendered_table():
     table = decisions.markdown_table(["truncation"])
-    assert "keep_mask=true" in table and "The fix: **not yet measured**" in table
+    assert "keep_mask=true" in table and f"The fix: **{decisions.STRENGTH['measured']}**" in table
+    assert "The fix:" not in decisions.markdown_table(["routing"])          # a row without a fix_strength
+
+
+def test_the_sources_fixes_are_backed_by_stage_2():
+    rows = {r["id"]: r for r in ROWS}
+    for rid in ISSUE49 - ISSUE49_PENDING:
+        assert rows[rid]["fix_strength"] == "measured", rid
+        assert any(p.startswith("research/mismatch_sources/results/s2_") for p in rows[rid]["backed_by"]), rid
 
 
 def test_columns_can_be_left_out_and_unknown_ones_raise():
