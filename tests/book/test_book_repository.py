@@ -1,7 +1,6 @@
 """The book's repository URL and launch buttons (rl_lab.book_ext.repository, binder/): found in one
 place, never a placeholder, plain links only; and a real Sphinx build with sphinx-book-theme."""
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -70,33 +69,18 @@ def test_binder_pins_the_projects_torch():
     assert "pip install --no-cache-dir -c rl_lab/constraints.txt -e ." in post and "Jupytext Notebook" in post
 
 
-def _build(tmp_path, monkeypatch, github_repository):
-    from sphinx.application import Sphinx
-
-    src = tmp_path / "src"
-    (src / "labs").mkdir(parents=True)
-    shutil.copy(REPO / "labs" / "lab01_first_rl_run.md", src / "labs" / "lab01.md")
-    (src / "index.md").write_text("# Book\n\n```{toctree}\nlabs/lab01\n```\n")
-    (src / "conf.py").write_text(
-        "extensions = ['myst_nb', 'rl_lab.book_ext.repository']\n"
-        "nb_execution_mode = 'off'\n"
-        "myst_enable_extensions = ['dollarmath', 'amsmath', 'colon_fence']\n"
-        "html_theme = 'sphinx_book_theme'\n"
-        "html_theme_options = {'launch_buttons': {'binderhub_url': 'https://mybinder.org',\n"
-        "                      'notebook_interface': 'jupyterlab'},\n"
-        "                      'repository_url': '', 'repository_branch': 'main', 'use_repository_button': False}\n")
-    monkeypatch.delenv("GITHUB_REPOSITORY", raising=False)
-    if github_repository:
-        monkeypatch.setenv("GITHUB_REPOSITORY", github_repository)
-        monkeypatch.setenv("GITHUB_SERVER_URL", "https://github.com")
-    app = Sphinx(str(src), str(src), str(tmp_path / "html"), str(tmp_path / "doctrees"), "html",
-                 status=None, warning=None, freshenv=True)
-    app.build()
-    return tmp_path / "html"
+def _build(tiny_sphinx, github_repository):
+    return tiny_sphinx(
+        {"labs/lab01.md": (REPO / "labs" / "lab01_first_rl_run.md").read_text(),
+         "index.md": "# Book\n\n```{toctree}\nlabs/lab01\n```\n"},
+        extensions=["dollarmath", "amsmath", "colon_fence"], github_repository=github_repository,
+        theme_options="{'launch_buttons': {'binderhub_url': 'https://mybinder.org', "
+                      "'notebook_interface': 'jupyterlab'}, 'repository_url': '', 'repository_branch': 'main', "
+                      "'use_repository_button': False}")
 
 
-def test_a_real_build_links_binder_and_publishes_the_notebook(tmp_path, monkeypatch):
-    html_dir = _build(tmp_path, monkeypatch, "example/stable-rl-lm")
+def test_a_real_build_links_binder_and_publishes_the_notebook(tiny_sphinx):
+    html_dir = _build(tiny_sphinx, "example/stable-rl-lm")
     page = (html_dir / "labs" / "lab01.html").read_text(encoding="utf-8")
     assert "https://mybinder.org/v2/gh/example/stable-rl-lm/main?urlpath=lab/tree/labs/lab01.md" in page
     assert f'href="{URL}"' in page
@@ -107,7 +91,7 @@ def test_a_real_build_links_binder_and_publishes_the_notebook(tmp_path, monkeypa
         f"a launch button must not load a script: {external} (MathJax is this bare conf's CDN default)"
 
 
-def test_a_build_with_no_url_has_no_launch_or_repository_links(tmp_path, monkeypatch):
-    html_dir = _build(tmp_path, monkeypatch, None)         # a temp folder: no git remote either
+def test_a_build_with_no_url_has_no_launch_or_repository_links(tiny_sphinx):
+    html_dir = _build(tiny_sphinx, None)         # a temp folder: no git remote either
     page = (html_dir / "labs" / "lab01.html").read_text(encoding="utf-8")
     assert "mybinder.org" not in page and "github.com/" not in page

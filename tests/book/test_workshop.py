@@ -203,29 +203,13 @@ def test_the_no_install_routes_name_the_repository_only_through_the_build():
 
 
 @pytest.mark.parametrize("github_repository", ["example/stable-rl-lm", None])
-def test_a_real_build_fills_the_substitutions_from_the_repository_url(tmp_path, monkeypatch, github_repository):
-    pytest.importorskip("sphinx_book_theme")
-    pytest.importorskip("myst_nb")
-    from sphinx.application import Sphinx
-
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "index.md").write_text("# Workshop\n\nParticipants: {{ binder_route }} and a notebook.\n"
-                                  "{{ colab_install }}\n")
-    (src / "conf.py").write_text(
-        "extensions = ['myst_nb', 'rl_lab.book_ext.repository']\n"
-        "nb_execution_mode = 'off'\n"
-        "myst_enable_extensions = ['substitution']\n"
-        "html_theme = 'sphinx_book_theme'\n"
-        "html_theme_options = {'launch_buttons': {'binderhub_url': 'https://mybinder.org'},\n"
-        "                      'repository_url': '', 'repository_branch': 'main'}\n")
-    monkeypatch.delenv("GITHUB_REPOSITORY", raising=False)
-    if github_repository:
-        monkeypatch.setenv("GITHUB_REPOSITORY", github_repository)
-        monkeypatch.setenv("GITHUB_SERVER_URL", "https://github.com")
-    Sphinx(str(src), str(src), str(tmp_path / "html"), str(tmp_path / "doctrees"), "html",
-           status=None, warning=None, freshenv=True).build()
-    html = (tmp_path / "html" / "index.html").read_text(encoding="utf-8")
+def test_a_real_build_fills_the_substitutions_from_the_repository_url(tiny_sphinx, github_repository):
+    html_dir = tiny_sphinx(
+        {"index.md": "# Workshop\n\nParticipants: {{ binder_route }} and a notebook.\n{{ colab_install }}\n"},
+        extensions=["substitution"], github_repository=github_repository,
+        theme_options="{'launch_buttons': {'binderhub_url': 'https://mybinder.org'}, "
+                      "'repository_url': '', 'repository_branch': 'main'}")
+    html = (html_dir / "index.html").read_text(encoding="utf-8")
     assert "{{" not in html and "&lt;owner&gt;" not in html
     if github_repository:
         assert "git+https://github.com/example/stable-rl-lm" in html and "on Binder" in html
