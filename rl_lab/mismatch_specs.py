@@ -151,12 +151,13 @@ class RoutingConfig(_Validated):
     chosen experts come from the float32 logits on both sides."""
     router_dtype: str = "bfloat16"
     """The precision of the sampler's router product when it chooses: "bfloat16" (7-bit mantissa;
-    about 0.2% of the tiny MoE's decisions flip), "float16" (10 bits), or "float32" (the trainer's:
-    no rounding, the noise alone)."""
+    about 0.3% of 0.3M-moe's routing decisions flip, smoke preset), "float16" (10 bits; none flipped
+    in five smoke steps), or "float32" (the trainer's: no rounding, the noise alone)."""
     router_noise: float = 0.0
     """The std of a Gaussian perturbation of the sampler's router logits (0: none), a fixed random
     function of each token's hidden state (seeded by RLConfig.seed), so a token is routed the same
-    way in every forward of a rollout; the tiny router's logits have a spread of about 0.2 at init."""
+    way in every forward of a rollout.  The tiny router's logits spread about 0.2 at init; 0.02
+    flips about 6% of its decisions: a many-expert MoE's flip rate on a model that has few."""
     replay: bool = False
     """The fix, rollout routing replay (R3): the trainer's forward uses the experts the sampler chose
     for every token (recorded in the rollout), gate weights from its own logits: exactly 0 again."""

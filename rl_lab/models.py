@@ -48,7 +48,8 @@ pair is its own one-row product in one batched matmul, so a token's bits do not 
 other tokens its experts serve.  transformers' default on a CPU ("grouped_mm", one product per
 expert over the tokens it serves) lets them depend on it: a token's output changed when padding later
 in the buffer was routed elsewhere, which broke the exact-zero engine's premise (a position's logits
-are the same in every decode step's forward) under mismatch.routing."""
+are the same in every decode step's forward) under mismatch.routing.  `build_model` sets it; a
+saved MoE loaded by path keeps transformers' default (`model.set_experts_implementation` changes it)."""
 
 
 def is_moe_size(size: str) -> bool:

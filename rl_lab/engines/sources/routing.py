@@ -20,9 +20,15 @@ engine the two forwards are then the same operations on the same operands: k3 = 
 rl_lab.algos.mismatch_fixes the replay applies to every trainer forward of the batch, the
 reference's too (verl replays in the actor only; it matters with a KL penalty to the reference).
 
-What it cannot show at this scale: the tiny MoE (0.3M-moe: 2 layers, 4 experts, top-2) flips a few
-per cent of its routing decisions at most, where a 30B MoE over 48 layers and 128 experts flips many
-more and compounds them over long sequences; and R3's cost (recording and moving L x K expert ids
+`router_noise` adds a fixed random function of the hidden state to the sampler's router logits:
+the tiny MoE (0.3M-moe: 2 layers, 4 experts, top-2) has wide gaps between its experts, so bf16
+flips about 0.3% of its decisions (fp16 hardly any), and the noise stands in for the near-ties of
+a router with many experts (0.02: about 6%).  It is a function of the token, not a fresh draw per
+forward, because the exact engine recomputes every position at each decoding step and replay
+reuses the last forward's choice.
+
+What it cannot show at this scale: a 30B MoE over 48 layers and 128 experts flips more, and
+compounds the flips over long sequences and many layers; and R3's cost (recording and moving L x K expert ids
 per token, and a trainer that no longer learns which experts its own router would choose) is not
 measured here.
 """
