@@ -9,9 +9,10 @@ then one dial on top of it, with its fix as an option of the same sub-config:
     mismatch: {precision: {dtype: bfloat16}}              # a bf16 sampler
     mismatch: {precision: {dtype: float16, fix: same_dtype}}  # fp16 on both sides: exact again
     --set mismatch.batch_variant.max_splits=4             # CLI and sweep grids: a dotted key turns it on
+    model: 0.3M-moe, mismatch: {routing: {replay: true}}  # a mixture of experts, its flips replayed
 
-Each row names the source, its sub-config (None where the source reads an existing RLConfig field or
-lives in a chapter's toolkit), the class that implements it ("module:Class", imported only when a
+Each row names the source, its sub-config (None where the source reads an existing RLConfig field),
+the class that implements it ("module:Class", imported only when a
 run uses it), what it mirrors in production, its fix, and the fix's key in verl 0.9.1 and TRL 1.16
 where one exists (read from the installed wheels).  The engine (rl_lab.engines.exact) and the
 trainer's side of the fixes (rl_lab.algos.mismatch_fixes) are built from the rows, in row order; no
@@ -37,6 +38,7 @@ PRECISION_FIXES = ("none", "same_dtype")
 TP_SHARDS = (1, 2, 4, 8)
 TP_REDUCES = ("ring", "tree")
 SYNC_FAULTS = ("skip_layer", "bf16")
+ROUTER_DTYPES = ("bfloat16", "float16", "float32")
 
 
 # ------------------------------------------------------------------ the sources' configs
@@ -141,15 +143,44 @@ class WeightSyncConfig(_Validated):
         _check_range(self, "steps", lo=0)
 
 
+@dataclass
+class RoutingConfig(_Validated):
+    """A mixture-of-experts sampler (model: 0.3M-moe) chooses each token's experts from router
+    logits computed in `router_dtype` (and/or moved by `router_noise`), the trainer from its own
+    float32 ones: near-tied experts flip.  Only the choice is perturbed; the gate weights of the
+    chosen experts come from the float32 logits on both sides."""
+    router_dtype: str = "bfloat16"
+    """The precision of the sampler's router product when it chooses: "bfloat16" (7-bit mantissa;
+    about 0.3% of 0.3M-moe's routing decisions flip, smoke preset), "float16" (10 bits; none flipped
+    in five smoke steps), or "float32" (the trainer's: no rounding, the noise alone)."""
+    router_noise: float = 0.0
+    """The std of a Gaussian perturbation of the sampler's router logits (0: none), a fixed random
+    function of each token's hidden state (seeded by RLConfig.seed), so a token is routed the same
+    way in every forward of a rollout.  The tiny router's logits spread about 0.2 at init; 0.02
+    flips about 6% of its decisions: a many-expert MoE's flip rate on a model that has few."""
+    replay: bool = False
+    """The fix, rollout routing replay (R3): the trainer's forward uses the experts the sampler chose
+    for every token (recorded in the rollout), gate weights from its own logits: exactly 0 again."""
+
+    def validate(self):
+        _check_choice(self, "router_dtype", ROUTER_DTYPES)
+        _check_range(self, "router_noise", lo=0)
+        if not isinstance(self.replay, bool):
+            raise ConfigError(f"RoutingConfig.replay={self.replay!r} must be true or false")
+        if self.router_dtype == "float32" and self.router_noise == 0:
+            raise ConfigError("RoutingConfig perturbs nothing (router_dtype float32, router_noise 0): set "
+                              "router_dtype to bfloat16 or float16, or router_noise > 0")
+
+
 # ------------------------------------------------------------------ the rows
 @dataclass(frozen=True)
 class SourceSpec:
     """One source of mismatch (see the module docstring)."""
     name: str
     impl: str
-    """"module:Class" of its rl_lab.engines.sources.base.Source (or the toolkit function)."""
+    """"module:Class" of its rl_lab.engines.sources.base.Source."""
     config: type | None
-    """Its sub-config, MismatchConfig.<name>; None: `field` or a toolkit holds it."""
+    """Its sub-config, MismatchConfig.<name>; None: `field` holds it."""
     field: str | None = None
     """The existing RLConfig field it reads (None: its sub-config)."""
     mirrors: str = ""
@@ -158,13 +189,9 @@ class SourceSpec:
     """The fix's key in verl 0.9.1 ("" = none)."""
     trl: str = ""
     """The fix's key in TRL 1.16's GRPOConfig ("" = none)."""
-    dial: bool = True
-    """False: not a trainer dial (the routing source runs in chapter 8's toolkit)."""
 
     def active(self, config) -> bool:
         """Whether a run with `config` (an RLConfig with mismatch set) turns this source on."""
-        if not self.dial:
-            return False
         if self.config is not None:
             return getattr(config.mismatch, self.name) is not None
         return bool(getattr(config, self.field))
@@ -204,10 +231,11 @@ SOURCE_SPECS: list[SourceSpec] = [
                mirrors="asynchronous RL: the sampler's weights are k optimizer steps old",
                fix="the book's verdict (research/stability_map): bypass PPO-clip; AReaL's max_head_offpolicyness",
                verl="algorithm.rollout_correction.bypass_mode=true with the ppo_clip loss"),
-    SourceSpec("routing", "rl_lab.toolkits.routing:routing_mismatch", None,
-               mirrors="MoE router flips between sampler and trainer (chapter 8's tiny MoE)",
-               fix="rollout routing replay, R3 (forced_experts in rl_lab.toolkits.routing)",
-               verl="actor_rollout_ref.actor.megatron.router_replay.mode=R3", dial=False),
+    SourceSpec("routing", _S + "routing:Routing", RoutingConfig,
+               mirrors="an MoE whose inference engine chooses experts from router logits in bf16: near-tied "
+                       "experts flip between sampler and trainer (model: 0.3M-moe; chapter 8's TinyMoELM)",
+               fix="rollout routing replay, R3 (arXiv 2510.11370): the trainer reuses the sampler's experts",
+               verl="actor_rollout_ref.actor.megatron.router_replay.mode=R3"),
 ]
 """The sources, in the order the engine applies them."""
 
@@ -234,6 +262,7 @@ class MismatchConfig(_Validated):
     tensor_parallel: TensorParallelConfig | None = None
     truncation: TruncationConfig | None = None
     weight_sync: WeightSyncConfig | None = None
+    routing: RoutingConfig | None = None
 
     def _coerce(self):
         for spec in SOURCE_SPECS:

@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING
 # line's checks) do not need them.
 if TYPE_CHECKING:
     import torch
-    from transformers import PreTrainedModel, Qwen2Config
+    from transformers import PreTrainedModel, Qwen2Config, Qwen2MoeConfig
 
 CHECKPOINT_DIR = Path(__file__).parent / "checkpoints"
 
-# name -> Qwen2 shape.  Parameter counts include the tied 64-token embedding.
+# name -> Qwen2 shape (Qwen2-MoE where it has `num_experts`).  Parameter counts include the tied
+# 64-token embedding.
 MODEL_SIZES: dict[str, dict] = {
     "0.3M": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, intermediate_size=256),
@@ -30,11 +31,34 @@ MODEL_SIZES: dict[str, dict] = {
     # GPU benchmarks (bench/gpu_bench.sh). Only the first 64 rows are ever used by our tokenizer.
     "0.5B": dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
                  num_key_value_heads=2, intermediate_size=4864, vocab_size=151936),
+    # 0.3M's shape with a mixture of experts in every MLP (Qwen2-MoE: a softmax router, the top 2 of 4
+    # experts renormalised): as many routed parameters as 0.3M's MLP (4 experts of 64 = one MLP of
+    # 256), half of them active per token, and a 16-wide shared expert (Qwen2-MoE always has one;
+    # 0 would leave empty weight tensors, which reductions over the parameters refuse).  The
+    # mismatch.routing source needs a mixture of experts.
+    "0.3M-moe": dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                     num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
+                     shared_expert_intermediate_size=16, norm_topk_prob=True),
 }
 
 
-def model_config(size: str, vocab_size: int, max_position_embeddings: int = 128) -> Qwen2Config:
-    from transformers import Qwen2Config
+MOE_EXPERTS = "batched_mm"
+"""The MoE sizes' experts implementation (transformers' experts_implementation): every (token, expert)
+pair is its own one-row product in one batched matmul, so a token's bits do not depend on which
+other tokens its experts serve.  transformers' default on a CPU ("grouped_mm", one product per
+expert over the tokens it serves) lets them depend on it: a token's output changed when padding later
+in the buffer was routed elsewhere, which broke the exact-zero engine's premise (a position's logits
+are the same in every decode step's forward) under mismatch.routing.  `build_model` sets it; a
+saved MoE loaded by path keeps transformers' default (`model.set_experts_implementation` changes it)."""
+
+
+def is_moe_size(size: str) -> bool:
+    """Whether the size preset is a mixture of experts (a Qwen2-MoE)."""
+    return "num_experts" in MODEL_SIZES.get(size, {})
+
+
+def model_config(size: str, vocab_size: int, max_position_embeddings: int = 128) -> Qwen2Config | Qwen2MoeConfig:
+    from transformers import Qwen2Config, Qwen2MoeConfig
 
     from rl_lab.tokenizer import build_tokenizer
     if size not in MODEL_SIZES:
@@ -43,7 +67,8 @@ def model_config(size: str, vocab_size: int, max_position_embeddings: int = 128)
     tok = build_tokenizer()
     shape = dict(MODEL_SIZES[size])
     vocab_size = max(vocab_size, shape.pop("vocab_size", 0))
-    return Qwen2Config(
+    config_class = Qwen2MoeConfig if is_moe_size(size) else Qwen2Config
+    return config_class(
         vocab_size=vocab_size, max_position_embeddings=max_position_embeddings,
         tie_word_embeddings=True, rope_theta=10000.0, attention_dropout=0.0,
         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
@@ -52,16 +77,18 @@ def model_config(size: str, vocab_size: int, max_position_embeddings: int = 128)
 
 
 def build_model(size: str = "0.3M", seed: int = 0) -> tuple[PreTrainedModel, object]:
-    """A randomly initialised Qwen2 causal LM of a size preset, and its tokenizer."""
+    """A randomly initialised Qwen2 (or Qwen2-MoE) causal LM of a size preset, and its tokenizer."""
     import torch
-    from transformers import Qwen2ForCausalLM
+    from transformers import Qwen2ForCausalLM, Qwen2MoeForCausalLM
 
     from rl_lab.tokenizer import build_tokenizer
     tok = build_tokenizer()
     cfg = model_config(size, vocab_size=len(tok))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = Qwen2ForCausalLM(cfg)
+        model = (Qwen2MoeForCausalLM if is_moe_size(size) else Qwen2ForCausalLM)(cfg)
+    if is_moe_size(size):
+        model.set_experts_implementation(MOE_EXPERTS)
     model.generation_config.pad_token_id = tok.pad_token_id
     model.generation_config.eos_token_id = tok.eos_token_id
     return model, tok

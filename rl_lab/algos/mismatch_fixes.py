@@ -2,8 +2,9 @@
 
 One method for every source: it builds the run's sources and hands the trainer's forward what their
 fixes ask (rl_lab.engines.sources.base): a `forward_context` (the sampler's precision or reduction
-order, entered around every forward of the policy and the reference) and, for Keep Sampling Mask, a
-`sampling_mask` read from each batch (the sampler's kept sets, the finite entries of its recorded
+order, or the experts the sampler routed each token to, entered around every forward of the policy
+and the reference), built for each batch, and, for Keep Sampling Mask, a `sampling_mask` read from
+each batch (the sampler's kept sets, the finite entries of its recorded
 (B, T, V) log-probs).  It logs what the engine measured about itself (the weight-sync check).  With
 no fix on it changes nothing: the exact engine alone makes mu = pi.
 """
@@ -31,12 +32,19 @@ class MismatchFixes(Method):
 
     def forward_options(self) -> dict:
         options = {}
-        contexts = [f for f in (s.trainer_forward() for s in self.sources) if f is not None]
-        if contexts:
-            options["forward_context"] = lambda model: compose([f(model) for f in contexts])
+        if self.sources:
+            options["forward_context"] = BatchOption(self.forward_context)
         if self.needs_sampler_distributions:
             options["sampling_mask"] = BatchOption(sampler_kept_sets)
         return options
+
+    def forward_context(self, batch):
+        """The sources' fixes for the trainer's forwards of one batch, in row order: a factory
+        model -> context, or None when no fix is on."""
+        factories = [f for s in self.sources for f in (s.trainer_forward(), s.replay(batch)) if f is not None]
+        if not factories:
+            return None
+        return lambda model: compose([f(model) for f in factories])
 
     def metrics(self, s: StepState) -> dict:
         return dict(s.batch.engine_metrics or {})

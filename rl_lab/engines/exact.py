@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import dataclasses
 
 import torch
 
@@ -173,9 +174,12 @@ class ExactEngine:
             if finished.all():
                 break
         has_eos = ((completion_ids == eos) & completion_mask.bool()).any(-1)
-        return RolloutBatch(prompts=[p for p in prompts for _ in range(n)], prompt_ids=prompt_ids,
+        batch = RolloutBatch(prompts=[p for p in prompts for _ in range(n)], prompt_ids=prompt_ids,
                             prompt_mask=prompt_mask, completion_ids=completion_ids,
                             completion_mask=completion_mask, sampler_logprobs=sampler_logprobs,
                             completions=tok.batch_decode(completion_ids.tolist(), skip_special_tokens=True),
                             is_truncated=~has_eos, group_ids=torch.arange(len(prompts), device=device).repeat_interleave(n),
                             sampler_logprobs_full=full, engine_metrics=dict(self.metrics))
+        for s in self.sources:                  # what the sampler's last forward recorded (routed experts)
+            batch = dataclasses.replace(batch, **s.record(batch))
+        return batch

@@ -58,6 +58,10 @@ class RolloutBatch:
     has_void_turn: torch.Tensor | None = None   # (B,) bool: the episode has a void turn (SimpleTIR)
     # -- what the engine measured about itself (the exact engine's sync check), logged by a method
     engine_metrics: dict | None = None
+    # -- the experts a mixture-of-experts sampler routed each token to (the exact engine under
+    # mismatch.routing), for routing replay: layer l, row b, position s of prompt + completion
+    # (the (B, P+T) input the trainer's forward runs), its K experts; -1 where the forward ran no token
+    sampler_routing: torch.Tensor | None = None  # (L, B, P+T, K) long
 
     @property
     def num_groups(self) -> int:

@@ -63,6 +63,48 @@ def saved_fraction(batch_size: int, distinct_prompts: int, prompt_len: int, comp
     return (batch_size - distinct_prompts) * prompt_len / (batch_size * (prompt_len + completion_len))
 
 
+def shared_prompts(prompt_ids, prompt_mask, completion_len: int, share_prefix: bool = True,
+                   min_saved_fraction: float = MIN_SAVED_FRACTION):
+    """`completion_logits`' choice: (distinct, inverse), the U distinct (prompt, mask) rows (U, 2P)
+    and each row's index among them (B,), when it shares the prompts; None for the plain forward."""
+    B, P = prompt_ids.shape
+    if not share_prefix or B < 2:
+        return None
+    rows = torch.cat([prompt_ids, prompt_mask.to(prompt_ids.dtype)], dim=1)            # (B, 2P)
+    distinct, inverse = torch.unique(rows, dim=0, return_inverse=True)                 # (U, 2P), (B,)
+    # worth it only if a prompt repeats and enough tokens repeat to pay for the masked attention
+    if len(distinct) < B and saved_fraction(B, len(distinct), P, completion_len) >= min_saved_fraction:
+        return distinct, inverse
+    return None
+
+
+def token_layout(prompt_ids, prompt_mask, completion_ids, share_prefix: bool = True,
+                 min_saved_fraction: float = MIN_SAVED_FRACTION):
+    """Where the tokens of each model call `completion_logits` makes sit in the (B, P+T) input
+    (prompt then completion): a list with one (N_c,) tensor per call, in call order, of indices
+    into the flattened B x (P+T) positions (a module inside the model sees call c's N_c tokens in
+    that order); and `representative` (B*(P+T),), for each position the one whose computation it
+    shares (a repeated prompt's token: its first row's), -1 where no call runs it (the last
+    completion token of the shared forward).  For what a module records per token (routed experts)."""
+    B, P = prompt_ids.shape
+    T = completion_ids.shape[1]
+    S = P + T
+    grid = torch.arange(B * S, device=prompt_ids.device).view(B, S)                    # (B, S)
+    plan = shared_prompts(prompt_ids, prompt_mask, T, share_prefix, min_saved_fraction)
+    if plan is None:
+        return [grid.reshape(-1)], grid.reshape(-1)
+    _, inverse = plan
+    first = torch.full((int(inverse.max()) + 1,), B, device=inverse.device)
+    first = first.scatter_reduce(0, inverse, torch.arange(B, device=inverse.device), "amin")   # (U,)
+    calls = [grid[first, :P].reshape(-1)]                                              # U x P prompt tokens
+    if T > 1:
+        calls.append(grid[:, P:S - 1].reshape(-1))                                    # B x (T-1)
+    representative = grid.clone()
+    representative[:, :P] = grid[first[inverse], :P]
+    representative[:, S - 1] = -1
+    return calls, representative.reshape(-1)
+
+
 def completion_logits(model, prompt_ids, prompt_mask, completion_ids, share_prefix: bool = True,
                       min_saved_fraction: float = MIN_SAVED_FRACTION):
     """Raw logits predicting each completion token: (B, T, V), row b position t is the
@@ -71,23 +113,20 @@ def completion_logits(model, prompt_ids, prompt_mask, completion_ids, share_pref
     prompt_ids, prompt_mask: (B, P) left-padded; completion_ids: (B, T).  Position ids count
     real tokens only, as the sampler's do.  The prompts are shared when `share_prefix` and the
     tokens skipped are at least `min_saved_fraction` of the batch's (0: whenever one repeats).
+    `token_layout` says which tokens each model call runs.
     """
     B, P = prompt_ids.shape
     T = completion_ids.shape[1]
     attn = torch.cat([prompt_mask, torch.ones_like(completion_ids)], dim=1)            # (B, P+T)
     positions = (attn.cumsum(-1) - 1).clamp(min=0)                                     # (B, P+T)
-    share = False
-    if share_prefix and B > 1:
-        rows = torch.cat([prompt_ids, prompt_mask.to(prompt_ids.dtype)], dim=1)        # (B, 2P)
-        distinct, inverse = torch.unique(rows, dim=0, return_inverse=True)             # (U, 2P), (B,)
-        # worth it only if a prompt repeats and enough tokens repeat to pay for the masked attention
-        share = len(distinct) < B and saved_fraction(B, len(distinct), P, T) >= min_saved_fraction
-    if not share:                               # the plain forward
+    plan = shared_prompts(prompt_ids, prompt_mask, T, share_prefix, min_saved_fraction)
+    if plan is None:                            # the plain forward
         input_ids = torch.cat([prompt_ids, completion_ids], dim=1)                     # (B, P+T)
         return model(input_ids=input_ids, attention_mask=attn, position_ids=positions,
                      logits_to_keep=T + 1).logits[:, :-1]                              # (B, T, V)
 
     # 1. the U distinct prompts, once: their cache and the logits of the first completion token
+    distinct, inverse = plan
     u_ids, u_mask = distinct[:, :P], distinct[:, P:].to(prompt_mask.dtype)            # (U, P) each
     u_pos = (u_mask.cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=u_ids, attention_mask=u_mask, position_ids=u_pos, use_cache=True,

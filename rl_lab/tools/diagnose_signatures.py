@@ -31,10 +31,11 @@ rl_lab, verl 0.9.1 and TRL 1.16 (where one exists) and how sure it is.  The rule
   order (batch-variant split-K kernels, or another tensor-parallel shard count).  The two are not
   told apart: one signature, two fixes.
 
-Not covered: routing (no trainer dial here); a sync fault present from the first step (the
-"suspect a bug" rule of rl_lab.tools.diagnose: k3 >= K3_BUG before any update).  How far this
-transfers: the levels are a 0.3M float32 model's; at 1.5B-7B a bf16 engine's k3 is 1e-3 to 1e-2,
-so the reduction-order band (float32 rounding) only exists where both engines compute in float32.
+Not covered: routing (mismatch.routing, a dial on the tiny MoE, is not in the runs these levels come
+from); a sync fault present from the first step (the "suspect a bug" rule of rl_lab.tools.diagnose:
+k3 >= K3_BUG before any update).  How far this transfers: the levels are a 0.3M float32 model's;
+at 1.5B-7B a bf16 engine's k3 is 1e-3 to 1e-2, so the reduction-order band (float32 rounding)
+only exists where both engines compute in float32.
 """
 from __future__ import annotations
 

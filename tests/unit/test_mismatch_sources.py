@@ -63,7 +63,11 @@ def test_mismatch_loads_as_python_yaml_and_dotted_keys():
     ({"weight_sync": {"fault": "drop"}}, "WeightSyncConfig.fault"),
     ({"weight_sync": {"steps": -1}}, "WeightSyncConfig.steps"),
     ({"precision": 3}, "MismatchConfig.precision=3"),
-    ({"routing": True}, "unknown MismatchConfig field"),
+    ({"routing": {"router_dtype": "int8"}}, "RoutingConfig.router_dtype"),
+    ({"routing": {"router_noise": -0.1}}, "RoutingConfig.router_noise"),
+    ({"routing": {"router_dtype": "float32"}}, "perturbs nothing"),
+    ({"routing": {"replay": "yes"}}, "RoutingConfig.replay"),
+    ({"moe_routing": True}, "unknown MismatchConfig field"),
 ])
 def test_a_bad_value_names_the_field(mismatch, words):
     with pytest.raises(ConfigError, match=words.replace(".", r"\.").replace("=", "=")):
@@ -85,6 +89,8 @@ def test_bad_layer_names_and_splits_fail_when_the_engine_is_built():
         Trainer(RLConfig(**BASE, mismatch={"weight_sync": {"layer": "model.layer9."}}))
     with pytest.raises(ConfigError, match="batch_variant.max_splits=6"):
         Trainer(RLConfig(**BASE, mismatch={"batch_variant": {"max_splits": 6}}))
+    with pytest.raises(ConfigError, match="mismatch.routing needs a mixture-of-experts model.*0.3M-moe"):
+        Trainer(RLConfig(**BASE, mismatch={"routing": True}))          # the warm start is dense
 
 
 def test_the_flat_injectors_keep_their_engines():
@@ -249,3 +255,110 @@ def test_staleness_on_the_exact_engine_and_its_resume(tmp_path):
     resumed = Trainer(cfg.replace(output_dir=str(out)))
     resumed.resume()
     assert resumed.step()["rollout_corr/k3_kl"] == steps[2]["k3"]
+
+
+# ------------------------------------------------------------------ routing, on the tiny MoE
+MOE = {**BASE, "model": "0.3M-moe"}
+NOISE = {"router_dtype": "float32", "router_noise": 0.02}       # flips enough decisions to see in one batch
+
+
+def rollout(trainer, prompts=4):
+    """One rollout of the exact engine, after a sync (no optimizer step)."""
+    examples = [trainer.task.sample(trainer.rng) for _ in range(prompts)]
+    trainer.engine.sync_weights(trainer.model)
+    return trainer.engine.generate([e["prompt"] for e in examples], trainer.config.num_generations,
+                                   trainer.config.sampling(), trainer.generator)
+
+
+def own_routing(trainer, batch) -> torch.Tensor:
+    """(L, B, P+T, K) the experts the trainer's own routers choose in its plain forward of the batch."""
+    from rl_lab.engines.sources.routing import moe_routers
+    chosen = []
+    hooks = [g.register_forward_hook(lambda m, i, out: chosen.append(out[2])) for g in moe_routers(trainer.model)]
+    with torch.no_grad():
+        token_logprobs(trainer.model, batch.prompt_ids, batch.prompt_mask, batch.completion_ids, share_prefix=False)
+    for h in hooks:
+        h.remove()
+    B, S = batch.completion_ids.shape[0], batch.prompt_ids.shape[1] + batch.completion_ids.shape[1]
+    return torch.stack(chosen).view(len(chosen), B, S, -1)
+
+
+def test_the_moe_size_builds_and_trains_on_the_fast_sampler():
+    from rl_lab.engines import HFEngine
+    from rl_lab.engines.fast_decode import supports
+    from rl_lab.models import build_model, check_model_spec, num_parameters
+    moe, _ = build_model("0.3M-moe")
+    dense, _ = build_model("0.3M")
+    check_model_spec("0.3M-moe", "addition")
+    assert type(moe).__name__ == "Qwen2MoeForCausalLM" and not supports(moe)   # the HF-forward decoder
+    assert abs(num_parameters(moe) / num_parameters(dense) - 1) < 0.1
+    trainer = Trainer(RLConfig(**MOE))
+    assert type(trainer.engine) is HFEngine
+    for _ in range(2):
+        m = trainer.step()
+        assert 0 < m["sampling/sampling_logp_difference/max"] < 1e-4      # float32 rounding, as the dense models
+
+
+def test_exact_zero_on_the_moe():
+    assert run({}, steps=2, model="0.3M-moe") == [EXACT, EXACT]
+
+
+@pytest.mark.parametrize("knobs, prompts", [(NOISE, 4), ({"router_dtype": "bfloat16"}, 8)])
+def test_routing_flips_make_the_mismatch_and_nothing_else(knobs, prompts):
+    """Replay off: some routing decisions flip, and a token's log-prob differs only where a flip sits
+    at or before its context's last position (a flip moves that position's hidden state, and
+    attention carries it to later ones); everywhere else it is the trainer's bit for bit."""
+    trainer = Trainer(RLConfig(**{**MOE, "num_generations": prompts}, share_prefix=False,
+                               mismatch={"routing": knobs}))
+    batch = rollout(trainer, prompts)
+    from rl_lab.engines.sources.routing import flipped
+    flips = flipped(batch.sampler_routing, own_routing(trainer, batch))                # (L, B, P+T)
+    P = batch.prompt_ids.shape[1]
+    real = torch.cat([batch.prompt_mask, batch.completion_mask], 1).bool()
+    share = flips[:, real].float().mean().item()
+    assert 0 < share < 0.5, share
+    tainted = flips.any(0).cummax(-1).values[:, P - 1:-1]        # (B, T): a flip in token t's context
+    with torch.no_grad():
+        diff = trainer._logprobs(batch).logp - batch.sampler_logprobs                  # (B, T)
+    mask = batch.completion_mask.bool()
+    assert (diff[mask & ~tainted] == 0).all()
+    assert (diff[mask & tainted] != 0).any()
+    assert batch.engine_metrics["mismatch/routing_flips"] > 0
+
+
+@pytest.mark.parametrize("share_prefix", [True, False])
+def test_routing_replay_gives_the_trainer_the_samplers_tokens_bit_for_bit(share_prefix):
+    trainer = Trainer(RLConfig(**MOE, share_prefix=share_prefix, mismatch={"routing": {**NOISE, "replay": True}}))
+    batch = rollout(trainer)
+    assert batch.sampler_routing.shape[:3] == (2, 16, batch.prompt_ids.shape[1] + batch.completion_ids.shape[1])
+    assert batch.engine_metrics["mismatch/routing_flips"] > 0
+    pi = trainer._logprobs(batch).logp
+    mask = batch.completion_mask.bool()
+    assert torch.equal(pi[mask], batch.sampler_logprobs[mask])
+
+
+def test_routing_replay_checks_the_record_it_is_given():
+    import dataclasses as dc
+    trainer = Trainer(RLConfig(**MOE, mismatch={"routing": {**NOISE, "replay": True}}))
+    batch = rollout(trainer)
+    with pytest.raises(ConfigError, match="sampler_routing"):
+        trainer._logprobs(dc.replace(batch, sampler_routing=None))
+    with pytest.raises(ValueError, match=r"the batch needs \(L, 16"):
+        trainer._logprobs(dc.replace(batch, sampler_routing=batch.sampler_routing[:, :8]))
+
+
+def test_routing_through_the_trainer_and_its_replay():
+    """Three GRPO steps: the flips show in k3; with replay k3 and tokens_differ are exactly 0, and the
+    routers still get a gradient (through the gate weights of the replayed experts)."""
+    broken = Trainer(RLConfig(**MOE, mismatch={"routing": NOISE}))
+    steps = [broken.step() for _ in range(3)]
+    assert all(m["rollout_corr/k3_kl"] > 0 and m["mismatch/routing_flips"] > 0 for m in steps)
+    fixed = Trainer(RLConfig(**MOE, mismatch={"routing": {**NOISE, "replay": True}}))
+    for _ in range(3):
+        m = fixed.step()
+        assert m["rollout_corr/k3_kl"] == 0.0 and m["rollout_corr/tokens_differ"] == 0.0
+        assert m["mismatch/routing_flips"] > 0
+    batch = rollout(fixed)
+    fixed.model.zero_grad()
+    fixed._logprobs(batch).logp[batch.completion_mask.bool()].sum().backward()
+    assert all(g.weight.grad.abs().sum() > 0 for g in (layer.mlp.gate for layer in fixed.model.model.layers))

@@ -11,8 +11,12 @@ forward on a copy of its weights.  A source perturbs one stage of that, on the s
                                 (weight-sync faults); `new` unless it interferes
     after_sync(engine, step)    after every sync, with the engine: a dict of metrics (a sync check)
     history()                   how many syncs old the sampler's weights are (staleness)
+    record(batch)               after a rollout, with its RolloutBatch: the fields to set on it,
+                                what the sampler's forward recorded for the trainer (routed experts)
 and, for its fix on the trainer's side (rl_lab.algos.mismatch_fixes passes them to every forward):
     trainer_forward()           a context-manager factory model -> context, or None
+    replay(batch)               the same, built from what `record` left on the step's batch (routing
+                                replay); None: nothing to replay
     needs_sampler_distributions the trainer must see mu's (B, T, V) log-probs (the kept sets)
 
 With every dial at its off value (or its fix on) the sampler computes what the trainer computes,
@@ -40,6 +44,12 @@ class Source:
 
     def trainer_forward(self):
         return None
+
+    def replay(self, batch):
+        return None
+
+    def record(self, batch) -> dict:
+        return {}
 
     def kept(self, logits):
         return None
