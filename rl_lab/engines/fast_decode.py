@@ -49,11 +49,16 @@ the 0.3M and 3M models) the two orders take the same time, and the tiny models k
 
 def supports(model) -> bool:
     """Qwen2/Llama layout (pre-norm blocks, rotary, GQA), no sliding window, no rope scaling
-    that depends on the sequence length, plain causal attention implementation."""
+    that depends on the sequence length, plain causal attention implementation, no adapters."""
     cfg = getattr(model, "config", None)
     if cfg is None or getattr(cfg, "model_type", None) not in SUPPORTED:
         return False
     if type(model).__name__ not in ("Qwen2ForCausalLM", "LlamaForCausalLM"):   # e.g. a PeftModel wrapper
+        return False
+    # adapters injected in place (peft's inject_adapter_in_model, rl_lab.toolkits.lora): a LoRA layer's
+    # `.weight` is its base layer's, so the static cache would sample from the model without its
+    # adapters, an off-policy sampler whose gap grows as the adapters train
+    if any(hasattr(m, "lora_A") for m in model.modules()):
         return False
     if getattr(cfg, "use_sliding_window", False):
         return False

@@ -160,3 +160,22 @@ def test_train_adapter_run_records_exact_success_and_scales_the_lr():
     assert "rewards/token_return/mean" in df.columns
     _, full = train_adapter_run(cfg, None, task=task, reward_funcs=[task.token_return])
     assert (full.trainable == 304_256).all() and "success" not in full
+
+
+def test_the_sampler_samples_from_the_adapted_model(warm):
+    """The sampler follows the adapters: its log-probs of the sampled tokens are the trainer's to
+    rounding at every step.  The fast static-cache decoder reads a LoRA layer's base weight only, so
+    it must not be used on an adapted model (it once was: the rank sweep then trained off-policy from
+    the warm start, its k3 growing to ~6e-2 in twelve steps)."""
+    from rl_lab.engines.fast_decode import supports
+
+    model, tok = warm
+    assert supports(model)
+    lora = apply_lora(copy.deepcopy(model), 4)
+    assert not supports(lora), "the fast decoder would sample without the adapters"
+    cfg = get_preset("smoke", max_steps=5, prompts_per_step=4, num_generations=4,
+                     learning_rate=1e-2, progress_bar=False)
+    trainer = Trainer(cfg, model=lora, tokenizer=tok, task=get_task("addition"))
+    trainer.train()
+    gaps = [m["rollout_corr/log_ppl_abs_diff"] for m in trainer.history]
+    assert len(gaps) == 5 and max(gaps) < 1e-4, gaps
