@@ -48,8 +48,8 @@ pair is its own one-row product in one batched matmul, so a token's bits do not 
 other tokens its experts serve.  transformers' default on a CPU ("grouped_mm", one product per
 expert over the tokens it serves) lets them depend on it: a token's output changed when padding later
 in the buffer was routed elsewhere, which broke the exact-zero engine's premise (a position's logits
-are the same in every decode step's forward) under mismatch.routing.  `build_model` sets it; a
-saved MoE loaded by path keeps transformers' default (`model.set_experts_implementation` changes it)."""
+are the same in every decode step's forward) under mismatch.routing.  `build_model` sets it, and
+`load_model` sets it on any loaded model that has experts (a saved 0.3M-moe warm start included)."""
 
 
 def is_moe_size(size: str) -> bool:
@@ -121,6 +121,8 @@ def load_model(path: str | Path, dtype: torch.dtype | None = None):
     dtype = torch.float32 if dtype is None else dtype
     with quiet_hf_progress():
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, trust_remote_code=False)
+    if getattr(model.config, "num_experts", None):
+        model.set_experts_implementation(MOE_EXPERTS)   # as build_model: a token's bits do not depend on its batch
     local = Path(path)
     if local.is_dir() and (local / "tokenizer.json").exists():
         tok = load_tokenizer(local)

@@ -34,6 +34,20 @@ def test_save_and_load_any_local_causal_lm(tmp_path, tiny):
     assert num_parameters(m3) == num_parameters(model)
 
 
+def test_a_loaded_moe_keeps_the_batch_independent_experts(tmp_path):
+    """A saved 0.3M-moe loaded by path gets build_model's experts implementation (MOE_EXPERTS), not
+    transformers' default, so the exact-zero engine stays exact on a mixture-of-experts warm start."""
+    from rl_lab.models import MOE_EXPERTS
+    model, tok = build_model("0.3M-moe")
+    model.save_pretrained(tmp_path / "moe")
+    tok.save_pretrained(tmp_path / "moe")
+    again, _ = load_model(tmp_path / "moe")
+    assert again.config._experts_implementation == MOE_EXPERTS == model.config._experts_implementation
+    x = tok(["12+34=", "5+6="], return_tensors="pt", padding=True)
+    with torch.no_grad():
+        assert torch.equal(model(**x).logits, again(**x).logits)
+
+
 def test_unknown_model_spec_says_what_to_do():
     with pytest.raises(ValueError, match="size preset"):
         resolve_model("does-not-exist", task="addition")
