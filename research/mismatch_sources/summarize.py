@@ -6,7 +6,8 @@ result files; the chapter "Where the mismatch comes from" and its lab import thi
 Tables: `control_check()` (the exact-zero check), `size_table(stage)` (k3, chi^2, max |Δ log p|,
 share of tokens affected), `source_table(stage)` (each source against the control: the primary
 Welch test with Holm, the permutation and Fisher tests beside it) and `fix_table()` (each fix
-against its source).  A family without nine seeds in every arm has no verdict ("incomplete").
+against its source).  Stage 4 (routing on the tiny MoE): `routing_check()`, `routing_size_table()`,
+`routing_table()`.  A family without nine seeds in every arm has no verdict ("incomplete").
 """
 from __future__ import annotations
 
@@ -33,6 +34,9 @@ FIXES = {"fp16_both": ("fp16 on both sides", "fp16"), "bf16_both": ("bf16 on bot
          "stale2_bypass": ("bypass PPO-clip", "stale2"), "sync_skip_verify": ("sync check", "sync_skip"),
          "sync_bf16_verify": ("sync check", "sync_bf16")}
 """Fix arm suffix -> (its name, the source arm it is tested against)."""
+ROUTING = {"routing_noise": "router noise 0.02 (float32 router)", "routing_bf16": "bf16 router"}
+"""Stage 4's source arms (suffix -> name); its control is s4_moe_control, its fix s4_routing_noise_replay."""
+ROUTING_FIX = ("routing_noise_replay", "routing replay (R3)", "routing_noise")
 SEEDS = 9
 ALPHA = 0.05
 SIZE_COLUMNS = {"k3_kl_mean": "k3", "chi2_token_mean": "chi^2 per token", "logp_diff_max_mean": "max |Δ log p|",
@@ -135,6 +139,47 @@ def fix_table() -> pd.DataFrame:
     return _verdicts(pd.DataFrame(rows), "keeps reward", "loses reward")
 
 
+def routing_check() -> dict:
+    """Stage 4's check before any verdict: k3 and the share of differing tokens are exactly 0 in every
+    run of the MoE control and of the replay arm."""
+    out = {}
+    for name in ("s4_moe_control", f"s4_{ROUTING_FIX[0]}"):
+        df = arm(name)
+        out[name] = dict(runs=0 if df is None else len(df), exact=df is not None and bool(
+            (df["k3_kl_mean"] == 0).all() and (df["tokens_differ_mean"] == 0).all() and (df["k3_kl_last"] == 0).all()))
+    return out
+
+
+def routing_size_table() -> pd.DataFrame:
+    """Stage 4's arms: median [min, max] over seeds of the per-run means, routing flips included."""
+    rows = []
+    labels = {"moe_control": "MoE control (exact zero)", **ROUTING, ROUTING_FIX[0]: ROUTING_FIX[1]}
+    for suffix, label in labels.items():
+        df = arm(f"s4_{suffix}")
+        if df is None:
+            continue
+        row = {"arm": label, "runs": len(df)}
+        for col, name in {**SIZE_COLUMNS, "routing_flips_mean": "routing flips"}.items():
+            v = df[col].fillna(0) if col == "routing_flips_mean" else df[col]   # no routing dial: no flips
+            row[name] = _range(v, "{:.0%}" if col in ("tokens_differ_mean", "routing_flips_mean") else "{:.2g}")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def routing_table() -> pd.DataFrame:
+    """Each routing source against the MoE control (Holm over the two), then replay against the
+    noise arm (one test): NOTES.md, stage 4."""
+    control, fix, base = arm("s4_moe_control"), arm(f"s4_{ROUTING_FIX[0]}"), arm(f"s4_{ROUTING_FIX[2]}")
+    frames = {s: arm(f"s4_{s}") for s in ROUTING}
+    if not complete(control, fix, *frames.values()):
+        return pd.DataFrame([dict(status="incomplete")])
+    sources = _verdicts(pd.DataFrame([dict(comparison=f"{ROUTING[s]} vs control", **compare(f, control))
+                                      for s, f in frames.items()]), "raises reward", "lowers reward")
+    replay = _verdicts(pd.DataFrame([dict(comparison=f"{ROUTING_FIX[1]} vs {ROUTING[ROUTING_FIX[2]]}",
+                                          **compare(fix, base))]), "keeps reward", "loses reward")
+    return pd.concat([sources, replay], ignore_index=True)
+
+
 def main() -> None:
     pd.set_option("display.width", 200)
     for stage in ("s1", "s3"):
@@ -143,6 +188,9 @@ def main() -> None:
         print(source_table(stage).to_markdown(index=False, floatfmt=".3g"), "\n")
     print("## s2: fixes\n")
     print(fix_table().to_markdown(index=False, floatfmt=".3g"))
+    print(f"\n## s4: routing on the tiny MoE, check {routing_check()}\n")
+    print(routing_size_table().to_markdown(index=False), "\n")
+    print(routing_table().to_markdown(index=False, floatfmt=".3g"))
 
 
 if __name__ == "__main__":

@@ -19,11 +19,12 @@ from rl_lab.tools.sweep import run_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 ROOT = REPO / "research"
-SPECS = sorted(p for p in ROOT.glob("*/*.yaml") if p.parent.name != "results")
+SPECS = sorted(p for p in ROOT.rglob("*.yaml") if "results" not in p.relative_to(ROOT).parts)   # specs/ folders too
 
 
 def test_there_are_specs():
-    assert len(SPECS) >= 20 and any(p.name == "map_gpu.yaml" for p in SPECS)
+    assert len(SPECS) >= 100 and any(p.name == "map_gpu.yaml" for p in SPECS)
+    assert any(p.parent.name == "specs" for p in SPECS)   # research/<study>/specs/*.yaml are specs too
 
 
 @pytest.mark.parametrize("spec", SPECS, ids=[f"{p.parent.name}/{p.name}" for p in SPECS])
