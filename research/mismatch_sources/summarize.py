@@ -161,7 +161,7 @@ def routing_size_table() -> pd.DataFrame:
         row = {"arm": label, "runs": len(df)}
         for col, name in {**SIZE_COLUMNS, "routing_flips_mean": "routing flips"}.items():
             v = df[col].fillna(0) if col == "routing_flips_mean" else df[col]   # no routing dial: no flips
-            row[name] = _range(v, "{:.0%}" if col in ("tokens_differ_mean", "routing_flips_mean") else "{:.2g}")
+            row[name] = _range(v, "{:.1%}" if col in ("tokens_differ_mean", "routing_flips_mean") else "{:.2g}")
         rows.append(row)
     return pd.DataFrame(rows)
 
