@@ -296,8 +296,22 @@ def decision_checks() -> dict:
         _fix_exact("sync_skip_verify", "sync_bf16_verify")
         _not_resolved("sync_skip", "sync_bf16", stage="s3")
 
+    def routing():
+        sources = sources_study()
+        check = sources.routing_check()
+        assert all(c["runs"] == 9 and c["exact"] for c in check.values()), check    # control and replay: exact
+        table = sources.routing_table()
+        assert "verdict" in table, "stage 4 is incomplete"
+        assert (table["verdict"] == "not resolved at this scale").all(), table[["comparison", "verdict"]]
+        assert (table["Holm p (Fisher)"] >= ALPHA).all(), "a routing arm's collapse count was resolved"
+        control = sources.arm("s4_moe_control")
+        assert control["collapsed"].sum() >= 1 and control["reward_last"].mean() < control["reward_first"].mean(), \
+            "the MoE control now learns at this rate: reword the row's 'the control does not learn'"
+        flips = sources.arm("s4_routing_noise")["routing_flips_mean"]
+        assert (flips > 0).all() and (flips < 0.01).all(), "router noise no longer flips a fraction of a percent"
+
     return {f.__name__: f for f in (stale_severe, stale_mild, post_pattern, precision, step_one, truncation,
-                                    reduction_order("batch_variant"), reduction_order("tp4"), weight_sync)}
+                                    reduction_order("batch_variant"), reduction_order("tp4"), weight_sync, routing)}
 
 
 @functools.lru_cache(maxsize=1)
