@@ -139,23 +139,23 @@ def fix_table() -> pd.DataFrame:
     return _verdicts(pd.DataFrame(rows), "keeps reward", "loses reward")
 
 
-def routing_check() -> dict:
-    """Stage 4's check before any verdict: k3 and the share of differing tokens are exactly 0 in every
-    run of the MoE control and of the replay arm."""
+def routing_check(stage: str = "s4") -> dict:
+    """Stage 4's (or 5's) check before any verdict: k3 and the share of differing tokens are exactly 0
+    in every run of the MoE control and of the replay arm."""
     out = {}
-    for name in ("s4_moe_control", f"s4_{ROUTING_FIX[0]}"):
+    for name in (f"{stage}_moe_control", f"{stage}_{ROUTING_FIX[0]}"):
         df = arm(name)
         out[name] = dict(runs=0 if df is None else len(df), exact=df is not None and bool(
             (df["k3_kl_mean"] == 0).all() and (df["tokens_differ_mean"] == 0).all() and (df["k3_kl_last"] == 0).all()))
     return out
 
 
-def routing_size_table() -> pd.DataFrame:
-    """Stage 4's arms: median [min, max] over seeds of the per-run means, routing flips included."""
+def routing_size_table(stage: str = "s4") -> pd.DataFrame:
+    """Stage 4's (or 5's) arms: median [min, max] over seeds of the per-run means, routing flips included."""
     rows = []
     labels = {"moe_control": "MoE control (exact zero)", **ROUTING, ROUTING_FIX[0]: ROUTING_FIX[1]}
     for suffix, label in labels.items():
-        df = arm(f"s4_{suffix}")
+        df = arm(f"{stage}_{suffix}")
         if df is None:
             continue
         row = {"arm": label, "runs": len(df)}
@@ -166,11 +166,12 @@ def routing_size_table() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def routing_table() -> pd.DataFrame:
+def routing_table(stage: str = "s4") -> pd.DataFrame:
     """Each routing source against the MoE control (Holm over the two), then replay against the
-    noise arm (one test): NOTES.md, stage 4."""
-    control, fix, base = arm("s4_moe_control"), arm(f"s4_{ROUTING_FIX[0]}"), arm(f"s4_{ROUTING_FIX[2]}")
-    frames = {s: arm(f"s4_{s}") for s in ROUTING}
+    noise arm (one test): NOTES.md, stages 4 (lr 5e-4) and 5 (2e-4)."""
+    control, fix, base = (arm(f"{stage}_moe_control"), arm(f"{stage}_{ROUTING_FIX[0]}"),
+                          arm(f"{stage}_{ROUTING_FIX[2]}"))
+    frames = {s: arm(f"{stage}_{s}") for s in ROUTING}
     if not complete(control, fix, *frames.values()):
         return pd.DataFrame([dict(status="incomplete")])
     sources = _verdicts(pd.DataFrame([dict(comparison=f"{ROUTING[s]} vs control", **compare(f, control))
@@ -188,9 +189,10 @@ def main() -> None:
         print(source_table(stage).to_markdown(index=False, floatfmt=".3g"), "\n")
     print("## s2: fixes\n")
     print(fix_table().to_markdown(index=False, floatfmt=".3g"))
-    print(f"\n## s4: routing on the tiny MoE, check {routing_check()}\n")
-    print(routing_size_table().to_markdown(index=False), "\n")
-    print(routing_table().to_markdown(index=False, floatfmt=".3g"))
+    for stage in ("s4", "s5"):
+        print(f"\n## {stage}: routing on the tiny MoE, check {routing_check(stage)}\n")
+        print(routing_size_table(stage).to_markdown(index=False), "\n")
+        print(routing_table(stage).to_markdown(index=False, floatfmt=".3g"))
 
 
 if __name__ == "__main__":
